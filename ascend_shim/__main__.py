@@ -1,0 +1,7 @@
+"""``python -m ascend_shim {status,doctor,selftest,bench}``."""
+
+import sys
+
+from ascend_shim.cli import main
+
+sys.exit(main())

@@ -1,0 +1,97 @@
+"""Configuration from the environment, read once, strictly.
+
+Stdlib only (``os``/``sys``): this runs at interpreter start. An unrecognised
+value never breaks startup: it gets one warning naming the variable, the
+accepted values and the default that is used instead.
+"""
+
+import os
+import sys
+
+from ascend_shim import OFF_VALUES
+
+_TRUE = ("1", "true", "on", "yes")
+_FALSE = OFF_VALUES
+
+# name -> (accepted values shown to the user, default)
+CHOICES = {
+    "ASCEND_SHIM_MMAP": (("auto", "keep"), "auto"),
+    "ASCEND_SHIM_INT8": (("auto", "shim", "upstream", "off"), "auto"),
+}
+
+_cached = None
+
+
+def _warn(text):
+    sys.stderr.write("ascend_shim: warning: %s\n" % text)
+
+
+def _flag(env, name, default):
+    raw = env.get(name)
+    if raw is None or raw.strip() == "":
+        return default
+    value = raw.strip().lower()
+    if value in _TRUE:
+        return True
+    if value in _FALSE:
+        return False
+    _warn(
+        "%s=%r is not recognised; accepted: %s (on) or %s (off); using the default (%s)"
+        % (name, raw, "/".join(_TRUE), "/".join(_FALSE), "on" if default else "off")
+    )
+    return default
+
+
+def _choice(env, name):
+    accepted, default = CHOICES[name]
+    raw = env.get(name)
+    if raw is None or raw.strip() == "":
+        return default
+    value = raw.strip().lower()
+    if value in accepted:
+        return value
+    _warn(
+        "%s=%r is not recognised; accepted: %s; using the default (%s)"
+        % (name, raw, ", ".join(accepted), default)
+    )
+    return default
+
+
+def _names(env, name):
+    raw = env.get(name, "")
+    return frozenset(part.strip() for part in raw.split(",") if part.strip())
+
+
+class Config:
+    """A snapshot of the ASCEND_SHIM* variables."""
+
+    __slots__ = ("enabled", "disabled", "debug", "strict", "mmap", "int8")
+
+    def __init__(self, env):
+        self.enabled = _flag(env, "ASCEND_SHIM", True)
+        self.disabled = _names(env, "ASCEND_SHIM_DISABLE")
+        self.debug = _flag(env, "ASCEND_SHIM_DEBUG", False)
+        self.strict = _flag(env, "ASCEND_SHIM_STRICT", False)
+        self.mmap = _choice(env, "ASCEND_SHIM_MMAP")
+        self.int8 = _choice(env, "ASCEND_SHIM_INT8")
+
+    def patch_disabled(self, name):
+        return "*" in self.disabled or name in self.disabled
+
+    def as_dict(self):
+        return {
+            "enabled": self.enabled,
+            "disabled": sorted(self.disabled),
+            "debug": self.debug,
+            "strict": self.strict,
+            "mmap": self.mmap,
+            "int8": self.int8,
+        }
+
+
+def get():
+    """The configuration of this process, parsed on first use."""
+    global _cached
+    if _cached is None:
+        _cached = Config(os.environ)
+    return _cached

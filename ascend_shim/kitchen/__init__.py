@@ -1,0 +1,1 @@
+"""comfy-kitchen integration: the NPU INT8 backend."""

@@ -1,0 +1,42 @@
+"""The patch units, in the order they apply when their modules load.
+
+Each module defines one ``PATCH``; see ``ascend_shim.engine.Patch``.
+"""
+
+from ascend_shim.patches import (
+    alloc_conf,
+    announce,
+    bf16_legacy,
+    compute_probes,
+    cpu_fallbacks,
+    device_list,
+    import_constants,
+    int8_compute,
+    is_nvidia,
+    kitchen_int8,
+    kitchen_mm_int8,
+    kitchen_priority,
+    memory_summary,
+    mmap,
+    prompt_report,
+    synchronize,
+)
+
+PATCHES = [
+    alloc_conf.PATCH,
+    kitchen_int8.PATCH,
+    kitchen_mm_int8.PATCH,
+    kitchen_priority.PATCH,
+    is_nvidia.PATCH,
+    compute_probes.PATCH,
+    int8_compute.PATCH,
+    import_constants.PATCH,
+    device_list.PATCH,
+    synchronize.PATCH,
+    memory_summary.PATCH,
+    bf16_legacy.PATCH,
+    mmap.PATCH,
+    cpu_fallbacks.PATCH,
+    prompt_report.PATCH,
+    announce.PATCH,
+]

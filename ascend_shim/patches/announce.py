@@ -1,0 +1,35 @@
+"""One INFO line in ComfyUI's console saying the shim is active on the NPU."""
+
+import logging
+
+from ascend_shim.engine import APPLIED, Patch, patch_status
+from ascend_shim.patches._guards import comfy_npu_active
+
+log = logging.getLogger("ascend_shim")
+
+
+def _npu_name():
+    import torch
+
+    try:
+        count = torch.npu.device_count()
+        return "%s x%d" % (torch.npu.get_device_name(0), count)
+    except Exception:
+        return "Ascend NPU"
+
+
+def apply(changes, mm):
+    patched = [row["name"] for row in patch_status() if row["state"] == APPLIED]
+    line = "ascend_shim active on %s: patched %s" % (_npu_name(), ", ".join(patched) or "nothing")
+    log.info(line)
+    changes.note(line)
+
+
+PATCH = Patch(
+    name="announce",
+    target="comfy.model_management",
+    requires=("comfy.utils",),
+    summary="log one line naming the NPU and the applied patches",
+    guard=comfy_npu_active,
+    apply=apply,
+)

@@ -1,0 +1,43 @@
+"""fp8 / nvfp4 / mxfp8 compute probes answer False unless the device is CUDA.
+
+``comfy.ops.pick_operations`` calls these first and unconditionally; on a
+CUDA-build torch they reach ``torch.cuda.get_device_properties`` and raise
+"Found no NVIDIA driver". The wrapper resolves the device (argument, else
+``get_torch_device()``) and never touches ``torch.cuda`` for a non-CUDA one.
+"""
+
+from ascend_shim.engine import Patch
+from ascend_shim.patches._guards import model_management, npu_and_attribute
+
+PROBES = ("supports_fp8_compute", "supports_nvfp4_compute", "supports_mxfp8_compute")
+
+
+def _device_argument(args, kwargs):
+    if args:
+        return args[0]
+    return kwargs.get("device")
+
+
+def _cuda_only(wrapped, instance, args, kwargs):
+    device = _device_argument(args, kwargs)
+    if device is None:
+        device = model_management().get_torch_device()
+    if getattr(device, "type", device) != "cuda":
+        return False
+    return wrapped(*args, **kwargs)
+
+
+def apply(changes, mm):
+    for name in PROBES:
+        if hasattr(mm, name):
+            changes.wrap(mm, name, _cuda_only)
+            changes.note(name)
+
+
+PATCH = Patch(
+    name="compute_probes",
+    target="comfy.model_management",
+    summary="fp8/nvfp4/mxfp8 probes are False off CUDA instead of raising",
+    guard=npu_and_attribute(*PROBES),
+    apply=apply,
+)

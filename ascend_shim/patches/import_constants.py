@@ -1,0 +1,49 @@
+"""Undo what ``comfy.model_management`` computed at import with is_nvidia() True.
+
+Pinned memory goes through ``cudart().cudaHostRegister``, the extra streams
+are CUDA streams, the weight-memory ratio and the fp16 preference are NVIDIA
+tuning. Each constant is reset only where it exists, and never against an
+explicit user flag (``--pin-shared-memory``, ``--async-offload``).
+"""
+
+from ascend_shim.engine import Patch
+from ascend_shim.patches._guards import npu_and_attribute
+
+CONSTANTS = ("MAX_PINNED_MEMORY", "NUM_STREAMS", "MIN_WEIGHT_MEMORY_RATIO", "PRIORITIZE_FP16")
+
+
+def _args(mm):
+    return getattr(mm, "args", None)
+
+
+def apply(changes, mm):
+    args = _args(mm)
+    if hasattr(mm, "MAX_PINNED_MEMORY"):
+        if getattr(args, "pin_shared_memory", False):
+            changes.note("MAX_PINNED_MEMORY kept (--pin-shared-memory)")
+        elif mm.MAX_PINNED_MEMORY > 0:
+            changes.assign(mm, "MAX_PINNED_MEMORY", -1)
+            changes.note("MAX_PINNED_MEMORY=-1")
+    if hasattr(mm, "NUM_STREAMS"):
+        if getattr(args, "async_offload", False):
+            changes.note("NUM_STREAMS kept (--async-offload)")
+        elif mm.NUM_STREAMS:
+            changes.assign(mm, "NUM_STREAMS", 0)
+            changes.note("NUM_STREAMS=0")
+    if getattr(mm, "MIN_WEIGHT_MEMORY_RATIO", None) == 0.0:
+        # 0.0 is the NVIDIA-only value; every other device uses 0.4
+        changes.assign(mm, "MIN_WEIGHT_MEMORY_RATIO", 0.4)
+        changes.note("MIN_WEIGHT_MEMORY_RATIO=0.4")
+    if getattr(mm, "PRIORITIZE_FP16", False):
+        # set only for cuBLAS fp16 accumulation (--fast), which the NPU lacks
+        changes.assign(mm, "PRIORITIZE_FP16", False)
+        changes.note("PRIORITIZE_FP16=False")
+
+
+PATCH = Patch(
+    name="import_constants",
+    target="comfy.model_management",
+    summary="reset pinned memory, streams and NVIDIA tuning computed at import",
+    guard=npu_and_attribute(*CONSTANTS),
+    apply=apply,
+)

@@ -1,0 +1,41 @@
+"""comfy-kitchen's ``int8_linear`` runs on the NPU instead of falling back to the CPU.
+
+Registers the ``ascend_shim`` and ``ascend_shim_fallback`` backends in
+comfy-kitchen's registry when comfy_kitchen loads (with or without ComfyUI)
+and orders them per ``ASCEND_SHIM_INT8``. Eager is never edited.
+"""
+
+from ascend_shim import _config
+from ascend_shim.engine import Patch
+
+
+def guard(ck):
+    if _config.get().int8 == "off":
+        return "ASCEND_SHIM_INT8=off"
+    if not hasattr(ck, "int8_linear") or not hasattr(ck, "registry"):
+        return "this comfy-kitchen has no int8_linear (needs 0.2.11+)"
+    from ascend_shim.kitchen import registration
+
+    return registration.npu_reason()
+
+
+def apply(changes, ck):
+    from ascend_shim.kitchen import registration
+
+    changes.note(registration.install(ck))
+
+
+def remove(ck):
+    from ascend_shim.kitchen import registration
+
+    registration.uninstall()
+
+
+PATCH = Patch(
+    name="kitchen_int8",
+    target="comfy_kitchen",
+    summary="NPU int8_linear backend (npu_dynamic_quant + npu_quant_matmul)",
+    guard=guard,
+    apply=apply,
+    remove=remove,
+)

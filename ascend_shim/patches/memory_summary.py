@@ -1,0 +1,30 @@
+"""``debug_memory_summary()`` reports NPU memory instead of raising KeyError.
+
+ComfyUI calls it from its out-of-memory handler; on a CUDA build without a
+driver ``torch.cuda.memory_summary()`` raises and hides the real OOM.
+"""
+
+from ascend_shim.engine import Patch
+from ascend_shim.patches._guards import npu_and_attribute
+
+
+def _npu_memory_summary(wrapped, instance, args, kwargs):
+    import torch
+
+    try:
+        return torch.npu.memory_summary()
+    except Exception as exc:  # never mask the OOM being reported
+        return "NPU memory summary unavailable: %s" % exc
+
+
+def apply(changes, mm):
+    changes.wrap(mm, "debug_memory_summary", _npu_memory_summary)
+
+
+PATCH = Patch(
+    name="memory_summary",
+    target="comfy.model_management",
+    summary="debug_memory_summary() shows NPU memory in the OOM handler",
+    guard=npu_and_attribute("debug_memory_summary"),
+    apply=apply,
+)

@@ -1,0 +1,42 @@
+"""After each ComfyUI prompt, log any op that newly fell back to the CPU."""
+
+import logging
+
+from ascend_shim.engine import APPLIED, Patch, state_of
+
+log = logging.getLogger("ascend_shim")
+
+
+def guard(execution):
+    if state_of("cpu_fallbacks") != APPLIED:
+        return "cpu_fallbacks is not applied"
+    if not hasattr(getattr(execution, "PromptExecutor", None), "execute"):
+        return "this ComfyUI has no PromptExecutor.execute"
+    return None
+
+
+def _report_after(wrapped, instance, args, kwargs):
+    try:
+        return wrapped(*args, **kwargs)
+    finally:
+        from ascend_shim import fallback_report
+
+        new = fallback_report.unannounced()
+        if new:
+            log.warning(
+                "these ops ran on the CPU instead of the NPU: %s "
+                "(see 'python -m ascend_shim status')", ", ".join(new))
+
+
+def apply(changes, execution):
+    changes.wrap(execution.PromptExecutor, "execute", _report_after)
+
+
+PATCH = Patch(
+    name="prompt_report",
+    target="execution",
+    requires=("torch_npu",),
+    summary="log new CPU fallbacks once a prompt has executed",
+    guard=guard,
+    apply=apply,
+)

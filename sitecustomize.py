@@ -1,0 +1,43 @@
+"""No-install mode: ``PYTHONPATH=<this checkout> python main.py``.
+
+For venvs where the shim cannot be pip-installed, or was installed with
+``pip install --target`` (site-packages on PYTHONPATH never runs ``.pth``
+files). Activates the same ``init()`` as the ``.pth``, then runs the next
+``sitecustomize`` on sys.path so an existing one still works.
+"""
+
+import os
+import sys
+
+
+def _activate():
+    try:
+        import ascend_shim
+
+        ascend_shim.init()
+    except Exception as exc:  # never stop the interpreter from starting
+        sys.stderr.write("ascend_shim: not activated: %r\n" % (exc,))
+
+
+def _chain_next():
+    """Execute the next sitecustomize on sys.path, if any, as this module."""
+    here = os.path.dirname(os.path.abspath(__file__))
+    folders = [os.path.abspath(entry or os.getcwd()) for entry in sys.path]
+    # only entries after this one: chaining backwards could loop forever
+    after = folders[folders.index(here) + 1:] if here in folders else []
+    for folder in after:
+        if folder == here:
+            continue
+        candidate = os.path.join(folder, "sitecustomize.py")
+        if os.path.isfile(candidate):
+            with open(candidate, "rb") as handle:
+                code = compile(handle.read(), candidate, "exec")
+            exec(code, {"__name__": "sitecustomize", "__file__": candidate})
+            return
+
+
+_activate()
+try:
+    _chain_next()
+except Exception as exc:
+    sys.stderr.write("ascend_shim: the next sitecustomize failed: %r\n" % (exc,))
