@@ -4,7 +4,8 @@ Policy (``ASCEND_SHIM_INT8``):
   auto      upstream ``ascend`` first when it offers int8_linear, then
             ``ascend_shim`` (catches what upstream declines), then the
             fallback; without upstream, ``ascend_shim`` first
-  shim      ``ascend_shim`` first, upstream after it, then the fallback
+  shim      ``ascend_shim`` first, then the fallback: the shim serves every
+            NPU call (upstream keeps its other functions)
   upstream  only the on-device fallback, behind upstream
   off       nothing registered
 """
@@ -54,7 +55,7 @@ def desired_priority(current, policy, upstream_ok):
     """The priority list for ``policy``, keeping every other backend in order."""
     rest = [n for n in current if n not in (SHIM, FALLBACK)]
     if policy == "shim":
-        head = [SHIM] + ([UPSTREAM] if UPSTREAM in rest else []) + [FALLBACK]
+        head = [SHIM, FALLBACK]
     elif policy == "upstream":
         head = ([UPSTREAM] if UPSTREAM in rest else []) + [FALLBACK]
     else:  # auto

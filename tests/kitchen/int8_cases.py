@@ -1,0 +1,333 @@
+"""INT8 linear cases on the simulated NPU, for one real comfy-kitchen release.
+
+Run in a fresh interpreter on the test bed (``ASCEND_TESTBED=ascend-cu130``,
+the kitchen release on PYTHONPATH, the shim installed in the venv). Prints
+one JSON object: a list of case records and the shim's INT8 report. The
+assertions live in ``test_backend.py``; this script only measures.
+
+    python int8_cases.py [grid|bad|policy|disabled]
+"""
+
+import dataclasses
+import inspect
+import json
+import sys
+
+import torch
+import torch.nn.functional as F
+import torch_npu  # noqa: F401  (registers the npu device, as on a real box)
+
+import comfy_kitchen as ck
+from comfy_kitchen.registry import registry
+from testbed import npu_device
+
+SUITE = sys.argv[1] if len(sys.argv) > 1 else "grid"
+NPU = torch.device("npu", 0)
+PARAMS = set(inspect.signature(ck.int8_linear).parameters)
+torch.manual_seed(0)
+
+
+def device_log():
+    return torch_npu._testbed
+
+
+def quantize_weight(w, per_channel):
+    """Symmetric int8 weight and its fp32 scale, stored like ComfyUI: () or [N, 1]."""
+    if per_channel:
+        scale = (w.abs().amax(dim=1, keepdim=True) / 127.0).clamp(min=1e-8)
+    else:
+        scale = (w.abs().max() / 127.0).clamp(min=1e-8).reshape(())
+    q = torch.round(w / scale).clamp(-127, 127).to(torch.int8)
+    return q, scale.float()
+
+
+def input_act_cpu(x, act, act_weight=None, eps=1e-6):
+    if act in (None, "none"):
+        return x
+    from comfy_kitchen.backends._activations import apply_input_act
+
+    if len(inspect.signature(apply_input_act).parameters) >= 4:
+        return apply_input_act(x, act, act_weight, eps)
+    return apply_input_act(x, act)
+
+
+def reference(x, q, scale, bias=None, act=None, act_weight=None, eps=1e-6, group=None,
+              residual=None, residual_scale=None, int8=False):
+    """float32 on the CPU: act, rotation, dequantized weight, bias, residual.
+
+    With ``int8=True`` the activations are first quantized per token exactly
+    as documented for npu_dynamic_quant (fp32 127/rowmax, round half even),
+    so the INT8 arithmetic itself can be checked tightly.
+    """
+    if int8:  # the device applies the activation in x's dtype, then quantizes
+        xf = input_act_cpu(x.cpu(), act, None if act_weight is None else act_weight.cpu(), eps).float()
+    else:
+        xf = input_act_cpu(x.cpu().float(), act, None if act_weight is None else act_weight.cpu().float(), eps)
+    if group:
+        from comfy_kitchen.tensor.int8_utils import _build_hadamard, _rotate_activation
+
+        xf = _rotate_activation(xf, _build_hadamard(group, dtype=torch.float32), group)
+    if int8:
+        rowmax = xf.abs().amax(dim=-1, keepdim=True)
+        inv = torch.where(rowmax > 0, 127.0 / rowmax, torch.zeros_like(rowmax))
+        xf = torch.round(xf * inv).clamp(-127, 127) * torch.where(inv > 0, 1.0 / inv, inv)
+    w = q.cpu().float()
+    s = scale.cpu().float()
+    w = w * (s.reshape(-1, 1) if s.numel() > 1 else s)
+    out = (xf.double() @ w.double().t()).float()
+    if bias is not None:
+        out = out + bias.cpu().float()
+    if residual is not None:
+        out = residual.cpu().float() + residual_scale.cpu().float() * out
+    return out
+
+
+def metrics(out, ref):
+    o = out.detach().cpu().float().reshape(-1)
+    r = ref.reshape(-1)
+    if r.numel() == 0:
+        return {"cos": 1.0, "rel_mae": 0.0, "norm_ratio": 1.0}
+    return {
+        "cos": F.cosine_similarity(o, r, dim=0).item(),
+        "rel_mae": ((o - r).abs().mean() / r.abs().mean()).item(),
+        "norm_ratio": (o.norm() / r.norm()).item(),
+    }
+
+
+def counters():
+    try:
+        from ascend_shim.kitchen.backend import COUNTERS
+
+        c = COUNTERS.as_dict()
+        return c["npu_quant"], c["fallback"]
+    except Exception:
+        return 0, 0
+
+
+def chosen_backend(kwargs):
+    try:
+        return registry.get_capable_backend("int8_linear", kwargs)
+    except Exception as exc:
+        return "none: %s" % type(exc).__name__
+
+
+def quantized_tensor(q, scale, orig_dtype, group=None):
+    from comfy_kitchen.tensor import QuantizedTensor, TensorWiseINT8Layout
+
+    params = TensorWiseINT8Layout.Params
+    fields = {f.name for f in dataclasses.fields(params)}
+    kw = {"scale": scale, "orig_dtype": orig_dtype, "orig_shape": tuple(q.shape)}
+    if "is_weight" in fields:
+        kw["is_weight"] = True
+    if group:
+        kw.update(convrot=True, convrot_groupsize=group)
+    return QuantizedTensor(q, "TensorWiseINT8Layout", params(**kw))
+
+
+def scaled_twice(x, scale):
+    """What the classic bug returns: the op's output multiplied by both scales again."""
+    x_scale = x.cpu().float().abs().amax(dim=-1, keepdim=True) / 127.0
+    return lambda out: out.detach().cpu().float() * x_scale * scale.cpu().float().reshape(1, -1)
+
+
+def measure(name, call, ref=None, weight=None, backend_kwargs=None, double=None, int8_ref=None):
+    """Run one call and record what reached the device and how close it came."""
+    log = device_log()
+    log.reset()
+    npu_device.reset_cpu_fallbacks()
+    quant_before, fallback_before = counters()
+    record = {"name": name}
+    if backend_kwargs is not None:
+        record["backend"] = chosen_backend(backend_kwargs)
+    try:
+        out = call()
+    except Exception as exc:
+        record["error"] = "%s: %s" % (type(exc).__name__, exc)
+        out = None
+    quant_after, fallback_after = counters()
+    record.update(
+        dynamic_quant=log.calls["npu_dynamic_quant"],
+        quant_matmul=log.calls["npu_quant_matmul"],
+        cpu_fallbacks=sorted(npu_device.cpu_fallbacks()),
+        served_npu_quant=quant_after - quant_before,
+        served_fallback=fallback_after - fallback_before,
+    )
+    mm = log.last("npu_quant_matmul")
+    if mm is not None and weight is not None:
+        record["weight_shares_storage"] = mm["x2"].storage_ptr == npu_device.storage_ptr(weight)
+        record["weight_passed_transposed"] = mm.notes.get("x2_layout")
+    if out is not None:
+        record.update(shape=list(out.shape), dtype=str(out.dtype), device=str(out.device))
+        if ref is not None:
+            record.update(metrics(out, ref))
+            if int8_ref is not None:
+                record["int8"] = metrics(out, int8_ref)
+            if double is not None:  # the check must be able to see a second scaling
+                record["scaled_twice"] = metrics(double(out), ref)
+    return record
+
+
+def standard(n=64, k=128, per_channel=True, dtype=torch.bfloat16):
+    w = torch.randn(n, k)
+    q, scale = quantize_weight(w, per_channel)
+    return q.to(NPU), scale.to(NPU)
+
+
+def grid_cases():
+    cases = []
+    n, k = 64, 128
+    for dims in ((17, k), (2, 9, k)):
+        for dtype in (torch.float16, torch.bfloat16):
+            for scale_kind in ("scalar", "n", "n1"):
+                for with_bias in (False, True):
+                    q, scale = standard(n, k, per_channel=scale_kind != "scalar")
+                    if scale_kind == "n":
+                        scale = scale.reshape(-1)
+                    x = torch.randn(*dims).to(dtype).to(NPU)
+                    bias = torch.randn(n).to(dtype).to(NPU) if with_bias else None
+                    ref = reference(x, q, scale, bias)
+                    int8_ref = reference(x, q, scale, bias, int8=True)
+                    label = "%dd-%s-%s-%s" % (len(dims), str(dtype)[6:], scale_kind,
+                                              "bias" if with_bias else "nobias")
+                    kwargs = dict(x=x, weight=q, weight_scale=scale, bias=bias, out_dtype=dtype)
+                    cases.append(measure("ck:" + label, lambda: ck.int8_linear(x, q, scale, bias, dtype),
+                                         ref, q, kwargs, scaled_twice(x, scale), int8_ref))
+                    if scale_kind != "n":  # ComfyUI stores () or [N, 1]
+                        qt = quantized_tensor(q, scale, dtype)
+                        cases.append(measure("F.linear:" + label, lambda: F.linear(x, qt, bias), ref, q,
+                                             int8_ref=int8_ref))
+    x = torch.randn(5, 256).to(torch.bfloat16).to(NPU)
+    for group in (16, 64, 256):
+        w = torch.randn(n, 256)
+        from comfy_kitchen.tensor.int8_utils import _build_hadamard, _rotate_weight
+
+        w_rot = _rotate_weight(w, _build_hadamard(group), group)
+        q, scale = quantize_weight(w_rot, True)
+        q, scale = q.to(NPU), scale.to(NPU)
+        ref = reference(x, q, scale, group=group)
+        cases.append(measure("ck:convrot-%d" % group,
+                             lambda: ck.int8_linear(x, q, scale, None, torch.bfloat16, convrot=True,
+                                                    convrot_groupsize=group), ref, q))
+        qt = quantized_tensor(q, scale, torch.bfloat16, group)
+        cases.append(measure("F.linear:convrot-%d" % group, lambda: F.linear(x, qt), ref, q))
+    if "input_act" in PARAMS:
+        from comfy_kitchen.backends._activations import INPUT_ACT_TO_CODE
+
+        for act in sorted(a for a in INPUT_ACT_TO_CODE if a not in (None, "none")):
+            width = 2 if act in ("swiglu", "situ") else 1
+            q, scale = standard(n, k)
+            # uniform data: gated activations of Gaussian data are heavy-tailed,
+            # which costs any per-token INT8 path (eager's too) over 1% rel-MAE
+            x = (torch.rand(3, 7, k * width) * 4 - 2).to(torch.bfloat16).to(NPU)
+            act_weight = torch.rand(k * width).to(torch.bfloat16).to(NPU) + 0.5 if act == "rms_norm" else None
+            extra = {"input_act": act}
+            if act_weight is not None:
+                extra.update(input_act_weight=act_weight, input_act_eps=1e-6)
+            ref = reference(x, q, scale, act=act, act_weight=act_weight)
+            int8_ref = reference(x, q, scale, act=act, act_weight=act_weight, int8=True)
+            cases.append(measure("ck:act-" + act, lambda: ck.int8_linear(
+                x, q, scale, None, torch.bfloat16, **extra), ref, q, int8_ref=int8_ref))
+    if "residual" in PARAMS:
+        q, scale = standard(n, k)
+        x = torch.randn(4, 6, k).to(torch.bfloat16).to(NPU)
+        bias = torch.randn(n).to(torch.bfloat16).to(NPU)
+        residual = torch.randn(4, 6, n).to(torch.bfloat16).to(NPU)
+        residual_scale = torch.rand(n).to(torch.bfloat16).to(NPU)
+        ref = reference(x, q, scale, bias, residual=residual, residual_scale=residual_scale)
+        cases.append(measure("ck:residual", lambda: ck.int8_linear(
+            x, q, scale, bias, torch.bfloat16, residual=residual, residual_scale=residual_scale), ref, q))
+    return cases
+
+
+def bad_cases():
+    """Inputs the NPU INT8 path must decline: never a wrong number or a CPU fallback."""
+    n, k = 64, 128
+    q, scale = standard(n, k)
+    cases = []
+
+    def case(name, x, weight=q, weight_scale=scale, bias=None, ref=True, **extra):
+        kwargs = dict(x=x, weight=weight, weight_scale=weight_scale, bias=bias,
+                      out_dtype=torch.bfloat16, **extra)
+        try:
+            verdict = registry.validate_backend_for_call("ascend_shim", "int8_linear", kwargs)
+            validation = {"success": verdict.success, "param": verdict.failed_param}
+        except Exception as exc:  # must never happen
+            validation = {"raised": "%s: %s" % (type(exc).__name__, exc)}
+        expected = None
+        if ref:
+            expected = reference(x, weight.cpu(), weight_scale.cpu(), bias)
+        public = {key: value for key, value in extra.items() if key in PARAMS}
+        if len(public) == len(extra):
+            call = lambda: ck.int8_linear(x, weight, weight_scale, bias, torch.bfloat16, **public)
+        else:  # a keyword this kitchen's public wrapper lacks: go through the registry
+            call = lambda: registry.get_implementation("int8_linear", kwargs=kwargs)(**kwargs)
+        record = measure(name, call, expected, weight)
+        record["validation"] = validation
+        cases.append(record)
+
+    x = torch.randn(9, k)
+    case("fp32-x", x.to(NPU))
+    case("k-mismatch", torch.randn(9, k + 8).to(torch.bfloat16).to(NPU), ref=False)
+    case("empty-input", torch.randn(0, k).to(torch.bfloat16).to(NPU))
+    case("scale-wrong-size", x.to(torch.bfloat16).to(NPU), weight_scale=torch.rand(n + 1).to(NPU), ref=False)
+    case("bias-wrong-size", x.to(torch.bfloat16).to(NPU), bias=torch.randn(n + 3).to(torch.bfloat16).to(NPU),
+         ref=False)
+    case("cpu-weight", x.to(torch.bfloat16).to(NPU), weight=q.cpu(), weight_scale=scale.cpu())
+    case("1d-x", torch.randn(k).to(torch.bfloat16).to(NPU))
+    wide_k = 65536 + 64
+    big_q, big_scale = quantize_weight(torch.randn(8, wide_k), True)
+    case("k-over-65535", torch.randn(2, wide_k).to(torch.bfloat16).to(NPU), weight=big_q.to(NPU),
+         weight_scale=big_scale.to(NPU))
+    case("unknown-keyword", x.to(torch.bfloat16).to(NPU), ref=False, future_option=3)
+    if "input_act" in PARAMS:
+        case("unknown-input-act", x.to(torch.bfloat16).to(NPU), ref=False, input_act="relu6")
+    wide = torch.randn(9, 2 * k).to(torch.bfloat16).to(NPU)
+    case("non-contiguous-x", wide[:, ::2])
+    bf16_scale = scale.to(torch.bfloat16)
+    case("bf16-weight-scale", x.to(torch.bfloat16).to(NPU), weight_scale=bf16_scale)
+    return cases
+
+
+def policy_cases():
+    q, scale = standard()
+    x = torch.randn(12, 128).to(torch.bfloat16).to(NPU)
+    ref = reference(x, q, scale)
+    cases = [measure("standard", lambda: ck.int8_linear(x, q, scale, None, torch.bfloat16), ref, q,
+                     dict(x=x, weight=q, weight_scale=scale, out_dtype=torch.bfloat16))]
+    xf = x.float()
+    cases.append(measure("fp32-x", lambda: ck.int8_linear(xf, q, scale, None, torch.bfloat16), ref, q,
+                         dict(x=xf, weight=q, weight_scale=scale, out_dtype=torch.bfloat16)))
+    s16 = scale.to(torch.bfloat16)
+    cases.append(measure("bf16-scale", lambda: ck.int8_linear(x, q, s16, None, torch.bfloat16), ref, q,
+                         dict(x=x, weight=q, weight_scale=s16, out_dtype=torch.bfloat16)))
+    return cases
+
+
+def mm_int8_cases():
+    if not hasattr(ck, "mm_int8"):
+        return []
+    a = torch.randint(-128, 128, (33, 3000), dtype=torch.int8)
+    b = torch.randint(-128, 128, (3000, 40), dtype=torch.int8)
+    exact = (a.long() @ b.long()).to(torch.int32)
+    record = measure("mm_int8", lambda: ck.mm_int8(a.to(NPU), b.to(NPU)))
+    out = ck.mm_int8(a.to(NPU), b.to(NPU))
+    record["exact"] = bool(torch.equal(out.cpu(), exact))
+    return [record]
+
+
+def main():
+    suites = {"grid": grid_cases, "bad": bad_cases, "policy": policy_cases,
+              "disabled": policy_cases, "mm_int8": mm_int8_cases}
+    cases = suites[SUITE]()
+    report = None
+    if "ascend_shim.engine" in sys.modules:  # the engine started
+        try:
+            import ascend_shim
+
+            report = ascend_shim.status()["int8"]
+        except Exception as exc:
+            report = {"error": repr(exc)}
+    print(json.dumps({"cases": cases, "report": report, "priority": list(registry._priority)}))
+
+
+main()

@@ -1,0 +1,203 @@
+"""The NPU INT8 backend against every supported comfy-kitchen release, on the test bed.
+
+Each (release, suite) runs ``int8_cases.py`` once in a fresh interpreter of a
+venv with the shim wheel installed, on the simulated Ascend machine; the
+tests below assert on what it measured. Thresholds: cosine >= 0.99995 and
+relative MAE <= 1% against a float32 dequantized reference; the INT8
+arithmetic itself (per-token quantization, scales applied once) is checked
+against a per-token reference at cosine >= 0.99999.
+"""
+
+import json
+
+import pytest
+
+import harness
+
+VERSIONS = harness.KITCHEN_VERSIONS
+CASES = harness.TESTS / "kitchen" / "int8_cases.py"
+
+
+@pytest.fixture(scope="session")
+def kitchen_run(bed_python, tmp_path_factory):
+    cache = {}
+
+    def run(version, suite, **env):
+        key = (version, suite, tuple(sorted(env.items())))
+        if key not in cache:
+            cwd = tmp_path_factory.mktemp("kitchen")
+            proc = harness.run([str(bed_python), str(CASES), suite],
+                               harness.bed_env("ascend-cu130", kitchen=version, **env), cwd, timeout=600)
+            cache[key] = harness.last_json(proc)
+        return cache[key]
+
+    return run
+
+
+def by_name(result):
+    return {case["name"]: case for case in result["cases"]}
+
+
+def assert_on_device(case, served_by_shim=True):
+    assert "error" not in case, case
+    assert case["cpu_fallbacks"] == [], case["name"]
+    assert case["dynamic_quant"] == 1 and case["quant_matmul"] == 1, case
+    assert case["weight_shares_storage"] is True, case["name"]
+    assert case["weight_passed_transposed"] == "transposed", case["name"]
+    assert case["device"] == "npu:0"
+    if served_by_shim:
+        assert case["served_npu_quant"] == 1, case["name"]
+
+
+def assert_accurate(case, metrics="cos"):
+    assert case["cos"] >= 0.99995, (case["name"], case["cos"])
+    assert case["rel_mae"] <= 0.01, (case["name"], case["rel_mae"])
+    assert 0.99 <= case["norm_ratio"] <= 1.01, (case["name"], case["norm_ratio"])
+    if "int8" in case:
+        assert case["int8"]["cos"] >= 0.99999, (case["name"], case["int8"])
+
+
+def upstream_first(version):
+    return version >= "0.2.36"
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_grid_runs_on_the_npu_and_matches_the_reference(kitchen_run, version):
+    result = kitchen_run(version, "grid")
+    cases = result["cases"]
+    names = [c["name"] for c in cases]
+    # 2-D/3-D x fp16/bf16 x scale (), [N], [N,1] x bias: 24 public calls, 16 through F.linear
+    assert sum(n.startswith("ck:") and n[3] in "23" for n in names) == 24
+    assert sum(n.startswith("F.linear:") and n[9] in "23" for n in names) == 16
+    assert {"ck:convrot-16", "ck:convrot-64", "ck:convrot-256", "F.linear:convrot-64"} <= set(names)
+    for case in cases:
+        assert_on_device(case, served_by_shim=not upstream_first(version))
+        assert_accurate(case)
+        if "backend" in case:
+            assert case["backend"] == ("ascend" if upstream_first(version) else "ascend_shim")
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_scaling_twice_would_be_caught(kitchen_run, version):
+    """The classic bug (output multiplied by both scales again) fails these checks."""
+    for case in kitchen_run(version, "grid")["cases"]:
+        if "scaled_twice" in case:
+            twice = case["scaled_twice"]
+            assert twice["rel_mae"] > 0.5 and not 0.99 <= twice["norm_ratio"] <= 1.01
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_input_act_and_residual_options_of_each_release(kitchen_run, version):
+    cases = by_name(kitchen_run(version, "grid"))
+    expected_acts = {
+        "0.2.11": set(), "0.2.19": set(), "0.2.22": set(), "0.2.23": {"gelu_tanh"},
+        "0.2.26": {"gelu_tanh", "swiglu"}, "0.2.34": {"gelu_tanh", "swiglu", "rms_norm"},
+        "0.2.36": {"gelu_tanh", "swiglu", "rms_norm"},
+        "0.2.40": {"gelu_tanh", "swiglu", "rms_norm", "situ"},
+    }[version]
+    acts = {name[len("ck:act-"):] for name in cases if name.startswith("ck:act-")}
+    assert acts == expected_acts
+    assert ("ck:residual" in cases) == (version >= "0.2.34")
+    for name in [n for n in cases if n.startswith("ck:act-")] + (["ck:residual"] if "ck:residual" in cases else []):
+        assert_on_device(cases[name], served_by_shim=not upstream_first(version))
+        assert_accurate(cases[name])
+
+
+BAD = ("fp32-x", "k-mismatch", "empty-input", "scale-wrong-size", "bias-wrong-size", "cpu-weight",
+       "1d-x", "k-over-65535", "unknown-keyword", "non-contiguous-x")
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_bad_inputs_never_give_a_wrong_number_or_a_cpu_fallback(kitchen_run, version):
+    cases = by_name(kitchen_run(version, "bad", ASCEND_SHIM_INT8="shim"))
+    assert set(BAD) <= set(cases)
+    for name, case in cases.items():
+        assert case["cpu_fallbacks"] == [], name
+        assert "raised" not in case["validation"], (name, case["validation"])
+        if "error" not in case and "cos" in case:
+            assert case["cos"] >= 0.99995 and case["rel_mae"] <= 0.01, case
+    # served on the device by the dequantized fallback, with the right result
+    for name in ("fp32-x", "empty-input", "cpu-weight", "1d-x", "k-over-65535"):
+        assert "error" not in cases[name], cases[name]
+        assert cases[name]["served_fallback"] == 1 and cases[name]["quant_matmul"] == 0, name
+    assert cases["empty-input"]["shape"] == [0, 64]
+    assert cases["1d-x"]["shape"] == [64]
+    # genuinely invalid: a clear error of the kind eager raises, computed nowhere
+    assert cases["k-mismatch"]["error"].startswith("ValueError: Input and weight inner dimensions")
+    assert cases["scale-wrong-size"]["error"].startswith("ValueError: INT8 weight scale")
+    assert cases["bias-wrong-size"]["error"].startswith("RuntimeError")
+    assert cases["unknown-keyword"]["error"].startswith("NotImplementedError: ascend_shim")
+    # accepted as they are: the INT8 path copes
+    for name in ("non-contiguous-x", "bf16-weight-scale"):
+        assert_on_device(cases[name])
+    if version >= "0.2.23":  # call_rules: declined during selection, never raised
+        for name in BAD:
+            if name != "non-contiguous-x":
+                assert cases[name]["validation"]["success"] is False, name
+        assert cases["unknown-input-act"]["error"].startswith("ValueError: unsupported input_act")
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_mm_int8_is_exact_on_the_device(kitchen_run, version):
+    (case,) = kitchen_run(version, "mm_int8")["cases"]
+    assert case["exact"] is True
+    assert case["cpu_fallbacks"] == []
+    assert case["shape"] == [33, 40] and case["dtype"] == "torch.int32"
+
+
+POLICIES = {
+    # (release, ASCEND_SHIM_INT8): (head of the priority list, backend of the standard call)
+    ("0.2.26", "auto"): (["ascend_shim", "ascend_shim_fallback"], "ascend_shim"),
+    ("0.2.26", "shim"): (["ascend_shim", "ascend_shim_fallback"], "ascend_shim"),
+    ("0.2.26", "upstream"): (["ascend_shim_fallback"], "ascend_shim_fallback"),
+    ("0.2.26", "off"): (["cuda", "triton", "eager"], "eager"),
+    ("0.2.40", "auto"): (["ascend", "ascend_shim", "ascend_shim_fallback"], "ascend"),
+    ("0.2.40", "shim"): (["ascend_shim", "ascend_shim_fallback", "ascend"], "ascend_shim"),
+    ("0.2.40", "upstream"): (["ascend", "ascend_shim_fallback"], "ascend"),
+    ("0.2.40", "off"): (["ascend", "cuda", "triton", "eager"], "ascend"),
+}
+
+
+@pytest.mark.parametrize("version,policy", sorted(POLICIES))
+def test_priority_policy(kitchen_run, version, policy):
+    result = kitchen_run(version, "policy", ASCEND_SHIM_INT8=policy)
+    head, backend = POLICIES[(version, policy)]
+    assert result["priority"][:len(head)] == head
+    cases = by_name(result)
+    standard, fp32 = cases["standard"], cases["fp32-x"]
+    assert standard["backend"] == backend
+    if backend == "eager":
+        assert standard["cpu_fallbacks"] == ["aten::_int_mm"]  # off means off
+        return
+    assert standard["cpu_fallbacks"] == []
+    assert standard["cos"] >= 0.99995
+    if backend in ("ascend", "ascend_shim"):
+        assert standard["dynamic_quant"] == 1 and standard["quant_matmul"] == 1
+    # what the NPU INT8 paths decline never reaches eager's _int_mm
+    if policy != "off":
+        assert fp32["backend"] == "ascend_shim_fallback" and fp32["cpu_fallbacks"] == []
+        assert result["report"]["policy"] == policy
+    if (version, policy) == ("0.2.40", "auto"):
+        # upstream takes only fp32 scales: a bf16 scale falls to ascend_shim, on the NPU
+        assert cases["bf16-scale"]["backend"] == "ascend_shim"
+        assert cases["bf16-scale"]["served_npu_quant"] == 1
+        assert cases["bf16-scale"]["cpu_fallbacks"] == []
+
+
+@pytest.mark.parametrize("version", ("0.2.26", "0.2.40"))
+def test_switched_off_the_int_mm_cpu_fallback_is_back(kitchen_run, version):
+    """Proves the tests can see the bug the backend removes."""
+    result = kitchen_run(version, "disabled", ASCEND_SHIM="0")
+    case = by_name(result)["fp32-x" if version >= "0.2.36" else "standard"]
+    assert case["backend"] == "eager"
+    assert case["cpu_fallbacks"] == ["aten::_int_mm"]
+    assert result["report"] is None  # the shim never loaded
+
+
+def test_report_counts_calls(kitchen_run):
+    result = kitchen_run("0.2.26", "bad", ASCEND_SHIM_INT8="shim")
+    calls = result["report"]["calls"]
+    assert calls["npu_quant"] >= 2 and calls["fallback"] >= 5
+    assert {"x", "weight", "weight_scale", "bias"} <= set(calls["declined"])
+    assert result["report"]["npu_int8_served"] is True
+    json.dumps(result["report"])

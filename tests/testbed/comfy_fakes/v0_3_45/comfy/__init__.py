@@ -1,0 +1,1 @@
+# Contract fake of the ComfyUI ``comfy`` package (test bed only; not ComfyUI code).

@@ -1,0 +1,77 @@
+"""Fake ``torch_npu`` for the simulated Ascend machines (see testbed/machine.py).
+
+Importing it installs the simulated ``npu`` device and ``torch.npu``, like the
+real package.  Environment knobs (read at import):
+
+TESTBED_TORCH_NPU_IMPORT_ERROR  raise ImportError(<value>) (CANN not sourced, ...)
+TESTBED_NPU_COUNT               number of cards (default 1; 0 = none visible)
+ASCEND_RT_VISIBLE_DEVICES       further limits the cards, as on a real box
+TESTBED_TORCH_NPU_VERSION       ``__version__`` (default 2.12.0)
+TESTBED_NPU_OPS                 which quant ops exist (default
+                                "dynamic_quant,quant_matmul"; "" = neither)
+TESTBED_TORCH_NPU_DEVICE_CONFLICT=1  on a CUDA-build torch raise like torch_npu
+                                2.14 ("Two accelerators cannot be used ...")
+TESTBED_CANN_VERSION            utils.collect_env.get_cann_version()
+At call time: TESTBED_QMM_MAX_DIM (default 65535), TORCH_NPU_FALLBACK_CPU_DISABLE.
+"""
+
+import os as _os
+import sys as _sys
+
+_err = _os.environ.get("TESTBED_TORCH_NPU_IMPORT_ERROR")
+if _err:
+    raise ImportError(_err)
+
+import torch  # noqa: E402
+
+if _os.environ.get("TESTBED_TORCH_NPU_DEVICE_CONFLICT", "") not in ("", "0") and torch.version.cuda:
+    raise RuntimeError(
+        "Two accelerators cannot be used at the same time in PyTorch: npu and cuda. "
+        "You can install the cpu version of PyTorch to use your npu device, or use the cuda device "
+        "without installing torch_npu."
+    )
+
+
+def _ensure_testbed_importable():
+    # tests/testbed/fake_torch_npu/torch_npu/__init__.py -> tests/
+    tests_dir = _os.path.dirname(_os.path.dirname(_os.path.dirname(_os.path.dirname(_os.path.abspath(__file__)))))
+    try:
+        import testbed  # noqa: F401
+    except ImportError:
+        _sys.path.append(tests_dir)
+
+
+_ensure_testbed_importable()
+
+from testbed import npu_device as _npu_device  # noqa: E402
+
+
+def _visible_count() -> int:
+    count = int(_os.environ.get("TESTBED_NPU_COUNT", "1"))
+    visible = _os.environ.get("ASCEND_RT_VISIBLE_DEVICES")
+    if visible is not None:
+        ids = [v.strip() for v in visible.split(",") if v.strip()]
+        count = len([v for v in ids if v.isdigit() and int(v) < count])
+    return count
+
+
+__version__ = _os.environ.get("TESTBED_TORCH_NPU_VERSION", "2.12.0")
+
+from . import _testbed, npu, utils  # noqa: E402
+from ._ops import get_npu_format, npu_format_cast  # noqa: E402
+
+_npu_device.activate(backend_module=npu, count=_visible_count())
+_sys.modules["torch.npu.memory"] = npu.memory
+
+_ops_wanted = {
+    name.strip().removeprefix("npu_")
+    for name in _os.environ.get("TESTBED_NPU_OPS", "dynamic_quant,quant_matmul").split(",")
+    if name.strip()
+}
+if "dynamic_quant" in _ops_wanted:
+    from ._ops import npu_dynamic_quant  # noqa: E402,F401
+if "quant_matmul" in _ops_wanted:
+    from ._ops import npu_quant_matmul  # noqa: E402,F401
+del _ops_wanted
+
+__all__ = ["npu", "utils", "npu_format_cast", "get_npu_format"]

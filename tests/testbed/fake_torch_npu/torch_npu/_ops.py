@@ -1,0 +1,316 @@
+"""CPU reference implementations of the torch_npu quant ops (FACTS §4.1, §4.2, §4.5).
+
+They check what the real ops check, compute on the CPU data behind the npu
+wrappers, and record each accepted call in ``torch_npu._testbed``.
+"""
+
+from __future__ import annotations
+
+import os
+
+import torch
+
+from testbed import npu_device
+
+from . import _testbed
+
+_DYN = "npu_dynamic_quant"
+_QMM = "npu_quant_matmul"
+_FLOAT_OUT = (torch.float16, torch.bfloat16)
+# c10::ScalarType codes accepted where the 26.x API takes an int dtype
+_DTYPE_CODES = {1: torch.int8, 3: torch.int32, 5: torch.float16, 6: torch.float32, 15: torch.bfloat16}
+_INT8_RANGE = (-128, 127)
+_INT32_RANGE = (-(2**31), 2**31 - 1)
+
+
+def _dtype_arg(value, op, name):
+    if value is None or isinstance(value, torch.dtype):
+        return value
+    if isinstance(value, int) and value in _DTYPE_CODES:
+        return _DTYPE_CODES[value]
+    raise _testbed.reject(op, f"{name} must be a torch.dtype, got {value!r}")
+
+
+def _same_npu(op: str, tensors: dict) -> int:
+    """All given tensors on one npu device; returns its index."""
+    index = None
+    for name, t in tensors.items():
+        if t is None:
+            continue
+        if not isinstance(t, torch.Tensor):
+            raise _testbed.reject(op, f"{name} must be a Tensor, got {type(t).__name__}")
+        if not npu_device.is_npu_tensor(t):
+            raise _testbed.reject(
+                op,
+                f"expected all tensors to be on the same npu device, but {name} is on {t.device}",
+            )
+        if index is None:
+            index = t.device.index
+        elif t.device.index != index:
+            raise _testbed.reject(
+                op, f"expected all tensors to be on the same npu device, found npu:{index} and {t.device} ({name})"
+            )
+    return index
+
+
+def _out(t: torch.Tensor, index: int) -> torch.Tensor:
+    return npu_device.wrap(t, index)
+
+
+def _empty(shape, dtype, index):
+    return _out(torch.empty(shape, dtype=dtype), index)
+
+
+# --------------------------------------------------------------------------- dynamic quant
+
+
+def npu_dynamic_quant(input, *, smooth_scales=None, group_index=None, dst_type=None):
+    """Per-row symmetric int8 quantisation: (y int8 like input, scale fp32 input.shape[:-1])."""
+    op = _DYN
+    index = _same_npu(op, {"input": input, "smooth_scales": smooth_scales, "group_index": group_index})
+    if input.dtype not in _FLOAT_OUT:
+        raise _testbed.reject(op, f"input dtype must be float16 or bfloat16, got {input.dtype}")
+    if input.dim() < 2:
+        raise _testbed.reject(op, f"input must have more than 1 dimension, got shape {tuple(input.shape)}")
+    if input.numel() == 0:
+        raise _testbed.reject(op, f"empty input is not supported, got shape {tuple(input.shape)}")
+    if group_index is not None:
+        raise _testbed.reject(op, "group_index (MoE smooth groups) is not supported by this testbed")
+    dst = _dtype_arg(dst_type, op, "dst_type")
+    if dst not in (None, torch.int8):
+        raise _testbed.reject(op, f"dst_type must be None or torch.int8, got {dst}")
+    k = input.shape[-1]
+    if smooth_scales is not None:
+        if smooth_scales.dim() != 1 or smooth_scales.shape[0] != k:
+            raise _testbed.reject(
+                op, f"smooth_scales must have shape ({k},), got {tuple(smooth_scales.shape)}"
+            )
+        if smooth_scales.dtype != input.dtype:
+            raise _testbed.reject(
+                op, f"smooth_scales dtype {smooth_scales.dtype} must match input dtype {input.dtype}"
+            )
+
+    tensors = {"input": input, "smooth_scales": smooth_scales}
+    _testbed.record(op, tensors, {"dst_type": dst})
+    if _testbed.is_zero_cost():
+        return _empty(input.shape, torch.int8, index), _empty(input.shape[:-1], torch.float32, index)
+
+    with torch.no_grad():
+        xf = npu_device.unwrap(input).float()
+        if smooth_scales is not None:
+            xf = xf * npu_device.unwrap(smooth_scales).float()
+        inv = 127.0 / xf.abs().amax(dim=-1, keepdim=True)  # inf for an all-zero row
+        q = torch.round(xf * inv)  # round half to even; 0 * inf -> NaN -> 0 below
+        q = torch.nan_to_num(q, nan=0.0).clamp_(-127, 127).to(torch.int8)
+        scale = torch.reciprocal(inv).squeeze(-1)  # 0 for an all-zero row
+    return _out(q.contiguous(), index), _out(scale.contiguous(), index)
+
+
+# --------------------------------------------------------------------------- quant matmul
+
+
+def _max_dim() -> int:
+    return int(os.environ.get("TESTBED_QMM_MAX_DIM", "65535"))
+
+
+def _x2_layout(x2: torch.Tensor) -> str:
+    if getattr(x2, "_testbed_npu_format", None) == 29:
+        return "nz"
+    if x2.is_contiguous():
+        return "contiguous"
+    if x2.transpose(-1, -2).is_contiguous():
+        return "transposed"  # aclnn reads swapped strides directly: no copy
+    return "copied"  # the real op makes a contiguous copy first
+
+
+def _decode_int64_scale(scale: torch.Tensor) -> torch.Tensor:
+    # npu_trans_quant_param packs the fp32 bits into the low 32 bits.
+    low = (scale & 0xFFFFFFFF).to(torch.int64)
+    low = torch.where(low >= 2**31, low - 2**32, low).to(torch.int32)
+    return low.view(torch.float32)
+
+
+def _exact_int_matmul(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """Exact int8 x int8 product, as float64 (the device accumulates in int32).
+
+    fp32 GEMMs are exact while |partial sums| <= 2**24: chunks of K<=1024 keep
+    1024*128*128 = 2**24; chunks are summed in float64 (exact below 2**53).
+    """
+    k = a.shape[-1]
+    step = 1024
+    acc = None
+    for start in range(0, k, step):
+        part = torch.matmul(a[..., start : start + step].float(), b[..., start : start + step, :].float())
+        acc = part.double() if acc is None else acc + part.double()
+    return acc
+
+
+_KNOWN_EXTRA = ("group_sizes", "x1_dtype", "x2_dtype", "pertoken_scale_dtype", "scale_dtype", "y_scale")
+
+
+def npu_quant_matmul(
+    x1,
+    x2,
+    scale,
+    *,
+    offset=None,
+    pertoken_scale=None,
+    bias=None,
+    output_dtype=None,
+    **extra,
+):
+    """int8 x1 (.., m, k) @ int8 x2 (.., k, n), dequantised in fp32, one RNE cast."""
+    op = _QMM
+    for key, value in extra.items():
+        if key not in _KNOWN_EXTRA:
+            raise TypeError(f"{op}() got an unexpected keyword argument '{key}'")
+        if value is not None:
+            raise _testbed.reject(op, f"{key} is not supported by this testbed (got {value!r})")
+    tensors = {
+        "x1": x1,
+        "x2": x2,
+        "scale": scale,
+        "offset": offset,
+        "pertoken_scale": pertoken_scale,
+        "bias": bias,
+    }
+    index = _same_npu(op, tensors)
+    out_dtype = _dtype_arg(output_dtype, op, "output_dtype") or torch.int8
+
+    # dtypes
+    if x1.dtype != torch.int8 or x2.dtype != torch.int8:
+        raise _testbed.reject(op, f"x1 and x2 must be int8, got {x1.dtype} and {x2.dtype}")
+    if out_dtype not in (torch.float16, torch.bfloat16, torch.int8, torch.int32):
+        raise _testbed.reject(op, f"output_dtype must be float16, bfloat16, int8 or int32, got {out_dtype}")
+    # shapes
+    if not (2 <= x1.dim() <= 6 and 2 <= x2.dim() <= 6):
+        raise _testbed.reject(
+            op, f"x1 and x2 must have 2 to 6 dimensions, got {x1.dim()} and {x2.dim()}"
+        )
+    m, k = x1.shape[-2], x1.shape[-1]
+    k2, n = x2.shape[-2], x2.shape[-1]
+    if k != k2:
+        raise _testbed.reject(
+            op, f"k of x1 {tuple(x1.shape)} and x2 {tuple(x2.shape)} must match ({k} != {k2})"
+        )
+    if m == 0 or k == 0 or n == 0:
+        raise _testbed.reject(op, f"empty matrices are not supported: m={m}, k={k}, n={n}")
+    limit = _max_dim()
+    if k > limit or n > limit:
+        raise _testbed.reject(op, f"the last dimensions of x1 ({k}) and x2 ({n}) must be <= {limit}")
+    try:
+        torch.broadcast_shapes(x1.shape[:-2], x2.shape[:-2])
+    except RuntimeError:
+        raise _testbed.reject(
+            op, f"batch dimensions of x1 {tuple(x1.shape)} and x2 {tuple(x2.shape)} do not broadcast"
+        ) from None
+    # scale
+    if scale.dim() != 1 or scale.numel() not in (1, n):
+        raise _testbed.reject(op, f"scale must be 1-D with 1 or n={n} elements, got shape {tuple(scale.shape)}")
+    if scale.dtype not in (torch.float32, torch.bfloat16, torch.int64):
+        raise _testbed.reject(op, f"scale dtype must be float32, bfloat16 or int64, got {scale.dtype}")
+    # pertoken
+    if pertoken_scale is not None:
+        if x1.dim() != 2:
+            raise _testbed.reject(
+                op,
+                f"pertoken_scale requires a 2-D x1 (got {tuple(x1.shape)}); flatten x1 first, "
+                "a batched x1 would share one vector across the batch (vllm-ascend#3257)",
+            )
+        if pertoken_scale.dtype != torch.float32:
+            raise _testbed.reject(op, f"pertoken_scale must be float32, got {pertoken_scale.dtype}")
+        if pertoken_scale.dim() != 1 or pertoken_scale.shape[0] != m:
+            raise _testbed.reject(
+                op, f"pertoken_scale must have shape ({m},), got {tuple(pertoken_scale.shape)}"
+            )
+        if scale.dtype == torch.int64:
+            raise _testbed.reject(op, "an int64 scale cannot be combined with pertoken_scale")
+        if offset is not None:
+            raise _testbed.reject(op, "offset cannot be combined with pertoken_scale")
+        if out_dtype not in _FLOAT_OUT:
+            raise _testbed.reject(op, f"pertoken_scale requires float16 or bfloat16 output, got {out_dtype}")
+        if out_dtype == torch.float16 and scale.dtype != torch.float32:
+            raise _testbed.reject(
+                op, f"float16 output with pertoken_scale requires a float32 scale, got {scale.dtype}"
+            )
+    # dtype combinations (FACTS §4.3)
+    if out_dtype == torch.bfloat16 and scale.dtype not in (torch.float32, torch.bfloat16):
+        raise _testbed.reject(op, f"bfloat16 output requires a float32 or bfloat16 scale, got {scale.dtype}")
+    if out_dtype == torch.float16 and scale.dtype == torch.bfloat16:
+        raise _testbed.reject(op, "float16 output does not accept a bfloat16 scale")
+    if out_dtype == torch.int8 and scale.dtype == torch.bfloat16:
+        raise _testbed.reject(op, "int8 output requires a float32 or int64 scale")
+    if out_dtype == torch.int32 and scale.dtype == torch.int64:
+        raise _testbed.reject(op, "int32 output requires a float32 or bfloat16 scale")
+    if offset is not None:
+        if out_dtype != torch.int8:
+            raise _testbed.reject(op, f"offset is only supported with int8 output, got {out_dtype}")
+        if offset.dtype != torch.float32 or offset.dim() != 1 or offset.numel() not in (1, n):
+            raise _testbed.reject(op, f"offset must be float32 of shape (1,) or ({n},)")
+    # bias
+    if bias is not None:
+        allowed = {
+            torch.bfloat16: (torch.int32, torch.bfloat16, torch.float32),
+            torch.float16: (torch.int32, torch.float16, torch.float32)
+            if pertoken_scale is not None
+            else (torch.int32,),
+            torch.int8: (torch.int32,),
+            torch.int32: (torch.int32,),
+        }[out_dtype]
+        if bias.dtype not in allowed:
+            names = ", ".join(str(d).replace("torch.", "") for d in allowed)
+            raise _testbed.reject(
+                op, f"a {bias.dtype} bias is not supported with {out_dtype} output (allowed: {names})"
+            )
+        batch = x1.shape[:-2] if x1.dim() > 2 else ()
+        ok_shapes = {(n,), (1, n)}
+        if batch:
+            ok_shapes.add((*batch, 1, n))
+        if tuple(bias.shape) not in ok_shapes:
+            raise _testbed.reject(op, f"bias must have shape ({n},) or (1, {n}), got {tuple(bias.shape)}")
+
+    out_shape = (*torch.broadcast_shapes(x1.shape[:-2], x2.shape[:-2]), m, n)
+    options = {"output_dtype": out_dtype}
+    notes = {"x2_layout": _x2_layout(x2)}
+    _testbed.record(op, tensors, options, notes)
+    if _testbed.is_zero_cost():
+        return _empty(out_shape, out_dtype, index)
+
+    u = npu_device.unwrap
+    with torch.no_grad():
+        acc = _exact_int_matmul(u(x1), u(x2))
+        if bias is not None and bias.dtype == torch.int32:
+            acc = acc + u(bias).double()
+        out = acc.float()  # int32 -> fp32 first, then scale (FACTS §4.5)
+        s = u(scale)
+        s = _decode_int64_scale(s) if s.dtype == torch.int64 else s.float()
+        out = out * s
+        if pertoken_scale is not None:
+            out = out * u(pertoken_scale).unsqueeze(-1)
+        if bias is not None and bias.dtype != torch.int32:
+            out = out + u(bias).float()
+        if offset is not None:
+            out = out + u(offset)
+        if out_dtype in _FLOAT_OUT:
+            out = out.to(out_dtype)  # one round-to-nearest-even cast
+        else:
+            lo, hi = _INT8_RANGE if out_dtype == torch.int8 else _INT32_RANGE
+            out = torch.round(out.double()).clamp_(lo, hi).to(out_dtype)
+    return _out(out.contiguous(), index)
+
+
+# --------------------------------------------------------------------------- formats
+
+
+def npu_format_cast(input, acl_format):
+    """Returns ``input`` itself, remembering the format (29 = FRACTAL_NZ)."""
+    _same_npu("npu_format_cast", {"input": input})
+    fmt = int(acl_format)
+    input._testbed_npu_format = fmt
+    _testbed.format_casts.append((npu_device.storage_ptr(input), tuple(input.shape), fmt))
+    _testbed.counters["npu_format_cast"] += 1
+    return input
+
+
+def get_npu_format(input) -> int:
+    return getattr(input, "_testbed_npu_format", 2)  # 2 = ND

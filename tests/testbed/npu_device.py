@@ -1,0 +1,675 @@
+"""A simulated Ascend ``npu`` device on the CPU build of torch.
+
+PrivateUse1 is renamed to ``npu`` and registered as a Python backend.  An npu
+tensor is a wrapper subclass (:class:`NpuTensor`) whose metadata says
+``device='npu:N'`` while the data lives in an ordinary CPU tensor (``.elem``).
+
+* Ops on npu tensors arrive in ``NpuTensor.__torch_dispatch__``: they are run
+  on the CPU tensors and the results re-wrapped.  Views stay views (the CPU
+  tensors share storage), in-place ops return their input wrapper.
+* Factories (``torch.randn(..., device="npu")``, ``cpu_t.to("npu")``) reach the
+  PrivateUse1 kernels registered below for ``empty``/``empty_strided``/
+  ``_copy_from``.  Those are dispatcher kernels, so they work in every thread
+  (a TorchFunctionMode would be thread-local, and ComfyUI runs prompts in a
+  worker thread).
+* Ops outside ``aten``/``prims`` (``torch.library.custom_op`` ops such as
+  ``comfy_kitchen::int8_linear``) are redispatched below the Python key, so their
+  Python bodies run on the npu wrappers, as they would on a real device.
+* Foreign tensor subclasses (kitchen's ``QuantizedTensor``) get
+  ``NotImplemented`` so that their own ``__torch_dispatch__`` runs first.
+* ``cpu_fallback_ops()`` names ops that have "no NPU kernel": they still compute,
+  but are logged and warned about with torch_npu's wording, or raise when
+  ``TORCH_NPU_FALLBACK_CPU_DISABLE=1``.
+
+Nothing here imports ``torch_npu``; the fake ``torch_npu`` calls :func:`activate`
+and hands over its ``torch.npu`` module.
+"""
+
+from __future__ import annotations
+
+import collections
+import copy
+import os
+import threading
+import types
+import warnings
+import weakref
+
+import torch
+from torch.utils._mode_utils import no_dispatch
+from torch.utils._pytree import tree_flatten, tree_map
+
+__all__ = [
+    "NpuTensor",
+    "activate",
+    "is_active",
+    "device_count",
+    "set_device_count",
+    "current_device",
+    "set_device",
+    "wrap",
+    "unwrap",
+    "is_npu_tensor",
+    "shares_storage",
+    "storage_ptr",
+    "cpu_fallbacks",
+    "reset_cpu_fallbacks",
+    "cpu_fallback_ops",
+    "set_cpu_fallback_ops",
+    "DEFAULT_CPU_FALLBACK_OPS",
+    "memory_allocated",
+    "max_memory_allocated",
+    "reset_peak_memory_stats",
+    "op_counts",
+    "reset_op_counts",
+]
+
+DEVICE_TYPE = "npu"
+DEFAULT_CPU_FALLBACK_OPS = frozenset({"aten::_int_mm"})
+
+# Ops allowed to mix npu and (non-scalar) CPU tensors: they are device transfers.
+_TRANSFER_OPS = frozenset(
+    {
+        "aten::copy_",
+        "aten::_copy_from",
+        "aten::_copy_from_and_resize",
+        "aten::_to_copy",
+        "aten::copy",
+    }
+)
+# Like CUDA, advanced indexing accepts CPU index tensors.
+_INDEX_OPS = frozenset({"aten::index", "aten::index_put_", "aten::index_put", "aten::_index_put_impl_"})
+_NO_OP = frozenset({"aten::record_stream"})
+_ATEN_NAMESPACES = frozenset({"aten", "prims", "prim", "debugprims"})
+
+_lock = threading.RLock()
+_state = {
+    "active": False,
+    "count": 1,
+    "current": 0,
+    "module": None,
+}
+_fallback_ops = set(DEFAULT_CPU_FALLBACK_OPS)
+_fallback_log: collections.Counter = collections.Counter()
+_fallback_warned: set = set()
+_op_counts: collections.Counter = collections.Counter()
+_count_ops = False
+
+# Live bytes per device, keyed by the CPU StorageImpl (tracked via weakref on the
+# storage object, which torch keeps alive exactly as long as the StorageImpl).
+_live: dict = {}
+_allocated: collections.Counter = collections.Counter()
+_peak: collections.Counter = collections.Counter()
+_AFTER_PYTHON = None  # DispatchKeySet, set on activation
+
+
+# --------------------------------------------------------------------------- state
+
+
+def is_active() -> bool:
+    return _state["active"]
+
+
+def device_count() -> int:
+    return _state["count"]
+
+
+def set_device_count(n: int) -> None:
+    """Number of simulated cards (torch_npu reads ``TESTBED_NPU_COUNT``)."""
+    if n < 0:
+        raise ValueError("device count must be >= 0")
+    _state["count"] = int(n)
+
+
+def current_device() -> int:
+    return _state["current"]
+
+
+def set_device(device) -> None:
+    idx = _index_of(device)
+    _check_index(idx)
+    _state["current"] = idx
+
+
+def _index_of(device) -> int:
+    if isinstance(device, int):
+        return device
+    if isinstance(device, str):
+        device = torch.device(device)
+    if isinstance(device, torch.device):
+        if device.type != DEVICE_TYPE:
+            raise RuntimeError(f"Invalid device, must be {DEVICE_TYPE} device, got {device}")
+        return _state["current"] if device.index is None else device.index
+    if device is None:
+        return _state["current"]
+    raise TypeError(f"unsupported device spec {device!r}")
+
+
+def _check_index(idx: int) -> None:
+    n = _state["count"]
+    if n == 0:
+        raise RuntimeError("npu device not available: the simulated machine has no NPU (TESTBED_NPU_COUNT=0)")
+    if not 0 <= idx < n:
+        raise RuntimeError(f"Invalid device npu:{idx}: the simulated machine has {n} NPU(s)")
+
+
+# --------------------------------------------------------------------------- tensor
+
+
+class NpuTensor(torch.Tensor):
+    """Wrapper tensor: npu metadata, CPU data in ``.elem`` (same sizes/strides)."""
+
+    elem: torch.Tensor
+
+    @staticmethod
+    def __new__(cls, elem: torch.Tensor, index: int = 0, requires_grad: bool | None = None):
+        if isinstance(elem, NpuTensor) or elem.device.type != "cpu":
+            raise TypeError(f"NpuTensor wraps a CPU tensor, got {type(elem).__name__} on {elem.device}")
+        if requires_grad is None:
+            requires_grad = elem.requires_grad
+        if elem.requires_grad:
+            elem = elem.detach()
+        r = torch.Tensor._make_wrapper_subclass(
+            cls,
+            elem.size(),
+            strides=elem.stride(),
+            storage_offset=elem.storage_offset(),
+            dtype=elem.dtype,
+            layout=elem.layout,
+            device=torch.device(DEVICE_TYPE, index),
+            requires_grad=requires_grad,
+        )
+        r.elem = elem
+        _track(elem, index)
+        return r
+
+    # Dispatch-level only: with torch-function disabled, a foreign subclass's
+    # __torch_function__ (e.g. QuantizedTensor's default one) still runs.
+    __torch_function__ = torch._C._disabled_torch_function_impl
+
+    @classmethod
+    def __torch_dispatch__(cls, func, types, args=(), kwargs=None):
+        for t in types:
+            if not issubclass(t, NpuTensor):
+                return NotImplemented
+        return _dispatch(func, args, kwargs or {})
+
+    # -- storage identity: report the CPU storage so "shares storage" checks work
+    def data_ptr(self) -> int:
+        return self.elem.data_ptr()
+
+    def untyped_storage(self):
+        return self.elem.untyped_storage()
+
+    def storage(self):
+        return self.elem.storage()
+
+    def tolist(self):
+        return self.elem.tolist()
+
+    def numpy(self, *, force: bool = False):
+        if force:
+            return self.elem.detach().numpy()
+        raise TypeError(
+            f"can't convert {self.device} device type tensor to numpy. Use Tensor.cpu() to "
+            "copy the tensor to host memory first."
+        )
+
+    # ``param.data = other`` shallow-copies metadata in C++; keep .elem in step.
+    @property
+    def data(self):
+        return torch.Tensor.data.__get__(self)
+
+    @data.setter
+    def data(self, value):
+        if not isinstance(value, NpuTensor):
+            raise RuntimeError(
+                f"testbed npu: cannot assign .data of an npu tensor from a {type(value).__name__} "
+                f"on {getattr(value, 'device', '?')} (incompatible tensor type)"
+            )
+        torch.Tensor.data.__set__(self, value)
+        self.elem = value.elem
+
+    def __repr__(self, *, tensor_contents=None):
+        body = torch._tensor_str._str(self.elem.detach())
+        dev = f", device='{self.device}'"
+        cut = len(body) - 1
+        for marker in (", size=", ", dtype=", ", requires_grad", ", grad_fn"):
+            pos = body.find(marker)
+            if pos != -1:
+                cut = min(cut, pos)
+        out = body[:cut] + dev + body[cut:]
+        if self.grad_fn is not None:
+            out = out[:-1] + f", grad_fn=<{type(self.grad_fn).__name__}>)"
+        elif self.requires_grad:
+            out = out[:-1] + ", requires_grad=True)"
+        return out
+
+    def __format__(self, spec):
+        if self.dim() == 0:
+            return self.item().__format__(spec)
+        return object.__format__(self, spec)
+
+    def __deepcopy__(self, memo):
+        if id(self) in memo:
+            return memo[id(self)]
+        new = NpuTensor(copy.deepcopy(self.elem, memo), self.device.index, self.requires_grad)
+        for k, v in self.__dict__.items():
+            if k != "elem":
+                setattr(new, k, copy.deepcopy(v, memo))
+        memo[id(self)] = new
+        return new
+
+    def __reduce_ex__(self, proto):
+        # Pickles as "an npu tensor with this CPU content"; loading needs the
+        # simulated device active (as loading npu tensors needs torch_npu).
+        return (_rebuild, (self.elem, self.device.index, self.requires_grad))
+
+
+def _rebuild(elem, index, requires_grad):
+    return NpuTensor(elem, index, requires_grad)
+
+
+# --------------------------------------------------------------------------- helpers
+
+
+def wrap(t: torch.Tensor, index: int | None = None) -> NpuTensor:
+    """An npu tensor sharing storage with CPU tensor ``t`` (no copy)."""
+    idx = _state["current"] if index is None else index
+    _check_index(idx)
+    return NpuTensor(t, idx)
+
+
+def unwrap(t):
+    """The CPU tensor behind an npu tensor (shares storage); other values as-is."""
+    return t.elem if isinstance(t, NpuTensor) else t
+
+
+def is_npu_tensor(t) -> bool:
+    return isinstance(t, NpuTensor)
+
+
+def storage_ptr(t: torch.Tensor) -> int:
+    """data_ptr of the underlying CPU storage of an npu or CPU tensor."""
+    return unwrap(t).untyped_storage().data_ptr()
+
+
+def shares_storage(a: torch.Tensor, b: torch.Tensor) -> bool:
+    """True when two (npu or CPU) tensors view the same underlying storage."""
+    sa, sb = unwrap(a).untyped_storage(), unwrap(b).untyped_storage()
+    pa, pb = sa.data_ptr(), sb.data_ptr()
+    if pa == 0 or pb == 0:  # empty storages all have ptr 0
+        return sa._cdata == sb._cdata
+    return pa == pb
+
+
+def _track(elem: torch.Tensor, index: int) -> None:
+    try:
+        st = elem.untyped_storage()
+    except Exception:
+        return
+    key = st._cdata
+    if key in _live:
+        return
+    nbytes = st.nbytes()
+    if not nbytes:
+        return
+    with _lock:
+        _live[key] = (index, nbytes)
+        _allocated[index] += nbytes
+        if _allocated[index] > _peak[index]:
+            _peak[index] = _allocated[index]
+    weakref.finalize(st, _untrack, key)
+
+
+def _untrack(key) -> None:
+    with _lock:
+        entry = _live.pop(key, None)
+        if entry is not None:
+            _allocated[entry[0]] -= entry[1]
+
+
+def memory_allocated(device=None) -> int:
+    """Bytes of CPU storage currently held by live npu tensors on ``device``."""
+    return _allocated[_index_of(device)]
+
+
+def max_memory_allocated(device=None) -> int:
+    return _peak[_index_of(device)]
+
+
+def reset_peak_memory_stats(device=None) -> None:
+    idx = _index_of(device)
+    _peak[idx] = _allocated[idx]
+
+
+# --------------------------------------------------------------------------- CPU fallback
+
+
+def cpu_fallback_ops() -> frozenset:
+    return frozenset(_fallback_ops)
+
+
+def set_cpu_fallback_ops(ops) -> frozenset:
+    """Replace the set of aten ops that 'have no NPU kernel'; returns the old set."""
+    old = frozenset(_fallback_ops)
+    _fallback_ops.clear()
+    _fallback_ops.update(ops)
+    return old
+
+
+def cpu_fallbacks() -> collections.Counter:
+    """Counter of op names that fell back to the CPU since the last reset."""
+    return collections.Counter(_fallback_log)
+
+
+def reset_cpu_fallbacks() -> None:
+    _fallback_log.clear()
+    _fallback_warned.clear()
+
+
+def op_counts() -> collections.Counter:
+    """Counter of aten op names dispatched on npu tensors (when counting is on)."""
+    return collections.Counter(_op_counts)
+
+
+def reset_op_counts(enable: bool | None = None) -> None:
+    """Clear the op counter; ``enable`` switches counting on/off (off by default)."""
+    global _count_ops
+    _op_counts.clear()
+    if enable is not None:
+        _count_ops = bool(enable)
+
+
+def _cpu_fallback(name: str) -> None:
+    if os.environ.get("TORCH_NPU_FALLBACK_CPU_DISABLE", "") not in ("", "0"):
+        raise RuntimeError(
+            f"The operator '{name}' is not currently supported on the NPU backend, and CPU "
+            f"fallback is disabled (TORCH_NPU_FALLBACK_CPU_DISABLE=1)."
+        )
+    with _lock:
+        _fallback_log[name] += 1
+        first = name not in _fallback_warned
+        _fallback_warned.add(name)
+    if first:
+        # torch_npu's TORCH_WARN text, which Python sees as a UserWarning
+        warnings.warn(
+            f"CAUTION: The operator '{name}' is not currently supported on the NPU backend and will "
+            f"fall back to run on the CPU. This may have performance implications.",
+            UserWarning,
+            stacklevel=4,
+        )
+
+
+# --------------------------------------------------------------------------- dispatch
+
+
+def _sync_metadata(w: NpuTensor) -> None:
+    """After an in-place/out= op changed elem's geometry (t_, resize_, set_), mirror it."""
+    e = w.elem
+    if w.size() == e.size() and w.stride() == e.stride() and w.storage_offset() == e.storage_offset():
+        return
+    # Like torch's return_and_correct_aliasing: run set_ on the wrapper with the
+    # Meta key, so only its metadata changes.  The storage comes from a fresh
+    # data-less wrapper of the new geometry, so growth (out= resize) works too.
+    fresh = torch.Tensor._make_wrapper_subclass(
+        NpuTensor, e.size(), strides=e.stride(), storage_offset=e.storage_offset(), dtype=e.dtype, device=w.device
+    )
+    storage = torch.Tensor.untyped_storage(fresh)
+    with no_dispatch():
+        prev = torch._C._meta_in_tls_dispatch_include()
+        torch._C._set_meta_in_tls_dispatch_include(True)
+        try:
+            torch.ops.aten.set_.source_Storage_storage_offset(w, storage, e.storage_offset(), e.size(), e.stride())
+        finally:
+            torch._C._set_meta_in_tls_dispatch_include(prev)
+
+
+def _dispatch(func, args, kwargs):
+    schema_name = func._schema.name
+    if func.namespace not in _ATEN_NAMESPACES:
+        return _redispatch_custom(func, args, kwargs)
+    if _count_ops:
+        _op_counts[schema_name] += 1
+    if schema_name in _NO_OP:
+        return None
+
+    flat, _ = tree_flatten((args, kwargs))
+    transfer = schema_name in _TRANSFER_OPS
+    allowed_cpu = set()
+    if schema_name in _INDEX_OPS and len(args) > 1 and isinstance(args[1], (list, tuple)):
+        allowed_cpu = {id(i) for i in args[1] if isinstance(i, torch.Tensor)}
+
+    npu_index = None
+    first_dev = None
+    inputs = {}  # id(CPU tensor handed to the op) -> the caller's tensor
+    for a in flat:
+        if not isinstance(a, torch.Tensor):
+            continue
+        if isinstance(a, NpuTensor):
+            inputs[id(a.elem)] = a
+            if npu_index is None:
+                npu_index = a.device.index
+            dev = str(a.device)
+        else:
+            inputs[id(a)] = a
+            # 0-dim CPU tensors act as scalars, as on CUDA.
+            if id(a) in allowed_cpu or (a.device.type == "cpu" and a.dim() == 0):
+                continue
+            dev = str(a.device)
+        if transfer:
+            continue
+        if first_dev is None:
+            first_dev = dev
+        elif dev != first_dev:
+            raise RuntimeError(
+                "Expected all tensors to be on the same device, but found at least two "
+                f"devices, {first_dev} and {dev}!"
+            )
+
+    if schema_name in _fallback_ops or func.name() in _fallback_ops:
+        _cpu_fallback(schema_name)
+
+    def unwrap_arg(x):
+        if isinstance(x, NpuTensor):
+            return x.elem
+        if isinstance(x, torch.device) and x.type == DEVICE_TYPE:
+            return torch.device("cpu")
+        return x
+
+    cargs = tree_map(unwrap_arg, args)
+    ckwargs = tree_map(unwrap_arg, kwargs)
+
+    # Where results live: an explicit device= kwarg wins (e.g. _to_copy to cpu).
+    target = kwargs.get("device")
+    if isinstance(target, torch.device):
+        if target.type == DEVICE_TYPE:
+            out_index = _state["current"] if target.index is None else target.index
+            _check_index(out_index)
+        else:
+            out_index = None
+    else:
+        out_index = npu_index
+
+    out = func(*cargs, **ckwargs)
+
+    def wrap_out(o):
+        if not isinstance(o, torch.Tensor) or isinstance(o, NpuTensor):
+            return o
+        same = inputs.get(id(o))
+        if same is not None:  # in-place / out= op: hand back the caller's tensor
+            if isinstance(same, NpuTensor):
+                _sync_metadata(same)
+            return same
+        if out_index is not None and o.device.type == "cpu":
+            if normal_in_inference:
+                # A view of a normal tensor is a normal tensor even in inference
+                # mode (autograd sets its version counter, which an inference
+                # tensor refuses); being lax for non-views is harmless.
+                with torch.inference_mode(False):
+                    return NpuTensor(o, out_index)
+            return NpuTensor(o, out_index)
+        return o
+
+    normal_in_inference = torch.is_inference_mode_enabled() and any(
+        isinstance(t, NpuTensor) and not t.is_inference() for t in inputs.values()
+    )
+    return tree_map(wrap_out, out)
+
+
+def _redispatch_custom(func, args, kwargs):
+    """Run a non-aten op's own kernel (usually a Python body) on the wrappers."""
+    ks = None
+    for a in tree_flatten((args, kwargs))[0]:
+        if isinstance(a, torch.Tensor):
+            k = torch._C._dispatch_keys(a)
+            ks = k if ks is None else ks | k
+    if ks is None:
+        return func(*args, **kwargs)
+    return func.redispatch(ks & _AFTER_PYTHON, *args, **kwargs)
+
+
+# --------------------------------------------------------------------------- backend kernels
+
+
+def _factory_index(device) -> int:
+    idx = _index_of(device) if device is not None else _state["current"]
+    _check_index(idx)
+    return idx
+
+
+def _k_empty(size, dtype=None, layout=None, device=None, pin_memory=None, memory_format=None):
+    idx = _factory_index(device)
+    t = torch.empty(size, dtype=dtype, memory_format=memory_format or torch.contiguous_format)
+    return NpuTensor(t, idx)
+
+
+def _k_empty_strided(size, stride, dtype=None, layout=None, device=None, pin_memory=None):
+    idx = _factory_index(device)
+    return NpuTensor(torch.empty_strided(size, stride, dtype=dtype), idx)
+
+
+def _k_copy_from(self, dst, non_blocking=False):
+    unwrap(dst).copy_(unwrap(self))
+    return dst
+
+
+def _k_copy_from_and_resize(self, dst):
+    d = unwrap(dst)
+    d.resize_(unwrap(self).size())
+    d.copy_(unwrap(self))
+    if isinstance(dst, NpuTensor):
+        _sync_metadata(dst)
+    return dst
+
+
+def _k_local_scalar_dense(self):
+    return unwrap(self).item()
+
+
+# Pinned host memory: torch asks the accelerator's hooks for a pinned allocator,
+# which a Python backend cannot provide.  CPU kernels for _pin_memory/is_pinned
+# (these ops only have composite kernels, so nothing is overridden) make
+# ``t.pin_memory()`` return a copy that ``is_pinned()`` recognises, as on a box
+# with torch_npu.
+_pinned: set = set()
+
+
+def _k_pin_memory(self, device=None):
+    out = torch.empty_like(self, memory_format=torch.contiguous_format)
+    out.copy_(self)
+    st = out.untyped_storage()
+    key = st._cdata
+    _pinned.add(key)
+    weakref.finalize(st, _pinned.discard, key)
+    return out
+
+
+def _k_is_pinned(self, device=None):
+    return self.untyped_storage()._cdata in _pinned
+
+
+class _DeviceGuard(torch._C._acc.DeviceGuard):
+    def type_(self):
+        return torch._C._autograd.DeviceType.PrivateUse1
+
+
+class _Hooks(torch._C._acc.PrivateUse1Hooks):
+    def is_available(self) -> bool:
+        return _state["count"] > 0
+
+    def has_primary_context(self, dev_id) -> bool:
+        return True
+
+    def is_built(self) -> bool:
+        return True
+
+
+def _minimal_module() -> types.ModuleType:
+    """torch.npu before torch_npu supplies the full one (tests of the device alone)."""
+    m = types.ModuleType("torch.npu")
+    m.is_available = lambda: _state["count"] > 0
+    m.device_count = device_count
+    m.current_device = current_device
+    m.set_device = set_device
+    m.is_initialized = lambda: True
+    m._is_in_bad_fork = lambda: False
+    m.manual_seed_all = lambda seed: None
+    m.manual_seed = lambda seed: None
+    m.synchronize = lambda device=None: None
+    m.get_amp_supported_dtype = lambda: [torch.float16, torch.bfloat16]
+    return m
+
+
+_libs: list = []
+
+
+def activate(backend_module: types.ModuleType | None = None, count: int | None = None):
+    """Install the npu device (idempotent) and return the ``torch.npu`` module.
+
+    ``backend_module`` (the fake torch_npu's runtime module) replaces the
+    minimal ``torch.npu`` if given, also after an earlier activation.
+    """
+    global _AFTER_PYTHON
+    with _lock:
+        if count is not None:
+            set_device_count(count)
+        if not _state["active"]:
+            existing = torch._C._get_privateuse1_backend_name()
+            if existing not in ("privateuseone", DEVICE_TYPE):
+                raise RuntimeError(f"PrivateUse1 is already renamed to {existing!r}")
+            if hasattr(torch, DEVICE_TYPE) and existing == DEVICE_TYPE:
+                raise RuntimeError("an npu backend is already registered (real torch_npu loaded?)")
+            module = backend_module or _minimal_module()
+            torch.utils.backend_registration._setup_privateuseone_for_python_backend(
+                rename=DEVICE_TYPE,
+                backend_module=module,
+                hook=_Hooks(),
+                device_guard=_DeviceGuard(),
+            )
+            lib = torch.library.Library("aten", "IMPL")
+            lib.impl("empty.memory_format", _k_empty, "PrivateUse1")
+            lib.impl("empty_strided", _k_empty_strided, "PrivateUse1")
+            lib.impl("_copy_from", _k_copy_from, "PrivateUse1")
+            lib.impl("_copy_from_and_resize", _k_copy_from_and_resize, "PrivateUse1")
+            lib.impl("_local_scalar_dense", _k_local_scalar_dense, "PrivateUse1")
+            lib.impl("_pin_memory", _k_pin_memory, "CPU")
+            lib.impl("is_pinned", _k_is_pinned, "CPU")
+            _libs.append(lib)
+            # torch_npu registers autocast kernels in C++; here autocast("npu")
+            # is accepted but casts nothing.
+            fallback = torch.library.Library("_", "IMPL")
+            fallback.fallback(torch.library.fallthrough_kernel, dispatch_key="AutocastPrivateUse1")
+            _libs.append(fallback)
+            _AFTER_PYTHON = torch._C._dispatch_keyset_full_after(torch._C.DispatchKey.Python)
+            # torch.load(weights_only=True), the default, may rebuild npu tensors.
+            torch.serialization.add_safe_globals([_rebuild])
+            _state["module"] = module
+            _state["active"] = True
+        elif backend_module is not None and backend_module is not _state["module"]:
+            import sys
+
+            setattr(torch, DEVICE_TYPE, backend_module)
+            sys.modules[f"torch.{DEVICE_TYPE}"] = backend_module
+            _state["module"] = backend_module
+        return _state["module"]
