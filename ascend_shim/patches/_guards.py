@@ -30,6 +30,12 @@ def npu_and_attribute(*names):
     return guard
 
 
+def handles_npu(function):
+    """Whether ``function``'s own code already asks ``is_ascend_npu()``."""
+    code = getattr(function, "__code__", None)
+    return code is None or "is_ascend_npu" in code.co_names
+
+
 def model_management():
     import sys
 

@@ -6,13 +6,7 @@ reference ``is_ascend_npu``.
 """
 
 from ascend_shim.engine import Patch
-from ascend_shim.patches._guards import comfy_npu_active
-
-
-def _has_npu_branch(function):
-    code = getattr(function, "__code__", None)
-    return code is None or "is_ascend_npu" in code.co_names
-
+from ascend_shim.patches._guards import comfy_npu_active, handles_npu
 
 def guard(mm):
     reason = comfy_npu_active(mm)
@@ -20,7 +14,7 @@ def guard(mm):
         return reason
     if not hasattr(mm, "should_use_bf16"):
         return "this ComfyUI has no should_use_bf16"
-    if _has_npu_branch(mm.should_use_bf16):
+    if handles_npu(mm.should_use_bf16):
         return "should_use_bf16 already handles the NPU (v0.3.15+)"
     return None
 

@@ -1,0 +1,148 @@
+"""Start a (fake or real) ComfyUI the way main.py does, then probe each symptom.
+
+Run on the test bed in a fresh interpreter; ComfyUI's flags follow ``--``:
+
+    python comfy_cases.py <comfyui-dir> [-- --disable-mmap ...]
+
+Prints one JSON object: each probe's outcome ("ok: <value>" or
+"error: <type>: <message>"), the import-time constants, which torch.cuda
+calls raised, the shim's patch status, and the log lines. The assertions
+live in ``test_comfy_patches.py``.
+"""
+
+import importlib
+import io
+import json
+import logging
+import os
+import runpy
+import sys
+import tempfile
+
+COMFY_DIR = sys.argv[1]
+FLAGS = sys.argv[sys.argv.index("--") + 1:] if "--" in sys.argv else []
+
+log_stream = io.StringIO()
+logging.basicConfig(level=logging.INFO, stream=log_stream, format="%(name)s %(levelname)s %(message)s")
+
+sys.path.insert(0, COMFY_DIR)
+sys.argv = [os.path.join(COMFY_DIR, "main.py")] + FLAGS
+if os.path.exists(sys.argv[0]):
+    runpy.run_path(sys.argv[0], run_name="comfy_main")
+else:  # shapes without main.py
+    import comfy.options
+
+    comfy.options.enable_args_parsing()
+    import comfy.model_management  # noqa: F401
+
+import torch  # noqa: E402
+
+import comfy.model_management as mm  # noqa: E402
+import comfy.utils as cu  # noqa: E402
+
+try:
+    from testbed import machine
+except ImportError:  # a real machine: no bed
+    machine = None
+
+
+def probe(function):
+    try:
+        return "ok: %r" % (function(),)
+    except BaseException as exc:  # record everything, SystemExit included
+        return "error: %s: %s" % (type(exc).__name__, str(exc).splitlines()[0] if str(exc) else "")
+
+
+def load_then_overwrite():
+    """Load a safetensors file, overwrite it in place, report whether the tensor followed."""
+    import safetensors.torch
+
+    folder = tempfile.mkdtemp()
+    path = os.path.join(folder, "model.safetensors")
+    safetensors.torch.save_file({"w": torch.arange(4096, dtype=torch.float32)}, path)
+    loaded = cu.load_torch_file(path)["w"]
+    safetensors.torch.save_file({"w": torch.zeros(4096, dtype=torch.float32)}, path + ".new")
+    with open(path + ".new", "rb") as new, open(path, "r+b") as old:
+        old.write(new.read())  # same size: rewritten in place, like a cold page cache would see
+    return "independent of the file" if torch.equal(loaded, torch.arange(4096, dtype=torch.float32)) \
+        else "follows the file"
+
+
+def npu_sync_count():
+    import torch_npu
+
+    before = torch_npu._testbed.counters["synchronize"]
+    mm.synchronize()
+    return torch_npu._testbed.counters["synchronize"] - before
+
+
+def int8_layer():
+    import comfy.ops
+    import torch_npu
+    from testbed import npu_device
+
+    weight = torch.randint(-127, 128, (64, 128), dtype=torch.int8)
+    layer = comfy.ops.make_int8_linear(weight, torch.tensor(0.01), device=torch.device("npu", 0))
+    torch_npu._testbed.reset()
+    npu_device.reset_cpu_fallbacks()
+    out = layer(torch.randn(8, 128, dtype=torch.bfloat16).to("npu"))
+    return {"device": str(out.device), "fallbacks": sorted(npu_device.cpu_fallbacks()),
+            "quant_matmul": torch_npu._testbed.calls["npu_quant_matmul"]}
+
+
+probes = {
+    "is_nvidia": lambda: mm.is_nvidia(),
+    "is_ascend_npu": lambda: mm.is_ascend_npu(),
+    "pick_operations": lambda: importlib.import_module("comfy.ops").pick_operations(
+        torch.bfloat16, torch.bfloat16).__name__,
+    "unet_dtype_fp8": lambda: str(mm.unet_dtype(weight_dtype=torch.float8_e4m3fn)),
+    "supports_fp8_compute": lambda: mm.supports_fp8_compute(),
+    "supports_nvfp4_compute": lambda: mm.supports_nvfp4_compute(),
+    "supports_mxfp8_compute": lambda: mm.supports_mxfp8_compute(),
+    "supports_int8_compute": lambda: mm.supports_int8_compute(),
+    "pin_memory": lambda: mm.pin_memory(torch.randn(64)),
+    "get_all_torch_devices": lambda: [str(d) for d in mm.get_all_torch_devices()],
+    "debug_memory_summary": lambda: type(mm.debug_memory_summary()).__name__,
+    "should_use_bf16": lambda: mm.should_use_bf16(),
+    "load_torch_file": load_then_overwrite,
+}
+if machine is not None and machine.active() in ("ascend-cu130", "ascend-cpu"):
+    probes["synchronize"] = npu_sync_count
+    if hasattr(importlib.import_module("comfy.ops"), "make_int8_linear"):
+        probes["int8_layer"] = int8_layer
+
+if machine is not None:
+    machine.reset_cuda_calls()
+results = {name: probe(function) for name, function in probes.items()}
+
+constants = {name: getattr(mm, name, "absent") for name in
+             ("MAX_PINNED_MEMORY", "NUM_STREAMS", "MIN_WEIGHT_MEMORY_RATIO", "PRIORITIZE_FP16")}
+constants["DISABLE_MMAP"] = getattr(cu, "DISABLE_MMAP", "absent")
+
+status = None
+originals = {}
+if "ascend_shim.engine" in sys.modules:
+    import ascend_shim
+
+    status = {row["name"]: {"state": row["state"], "reason": row["reason"], "late": row["late"]}
+              for row in ascend_shim.status()["patches"]}
+for name in ("is_nvidia", "supports_fp8_compute", "supports_nvfp4_compute", "supports_mxfp8_compute",
+             "supports_int8_compute", "get_all_torch_devices", "synchronize", "debug_memory_summary",
+             "should_use_bf16", "pin_memory"):
+    function = getattr(mm, name, None)
+    if function is not None:
+        # an unpatched attribute is the plain function defined in model_management
+        originals[name] = (type(function).__name__ == "function"
+                           and function.__code__.co_filename == mm.__file__)
+originals["load_torch_file"] = (type(cu.load_torch_file).__name__ == "function"
+                                and cu.load_torch_file.__code__.co_filename == cu.__file__)
+
+print(json.dumps({
+    "probes": results,
+    "constants": {k: (v if isinstance(v, (int, float, bool, str)) else repr(v)) for k, v in constants.items()},
+    "cuda_raised": machine.cuda_calls() if machine is not None else None,
+    "status": status,
+    "originals": originals,
+    "env": {k: os.environ.get(k) for k in ("PYTORCH_NPU_ALLOC_CONF", "PYTORCH_CUDA_ALLOC_CONF")},
+    "log": log_stream.getvalue().splitlines(),
+}, default=str))
