@@ -96,6 +96,8 @@ def build_parser():
     bench = sub.add_parser("bench", help="per-layer latency: bf16 linear vs the INT8 path")
     bench.add_argument("--json", action="store_true")
     bench.add_argument("--repeat", type=int, default=20)
+    bench.add_argument("--warmup", type=int, default=3)
+    bench.add_argument("--m", default="8352,256", help="comma-separated token counts (default 8352,256)")
     bench.set_defaults(func=cmd_bench)
     return parser
 

@@ -164,11 +164,13 @@ class Int8Linear:
         if kw["convrot"]:
             x = self.rotate(x, kw["convrot_groupsize"])
         weight = kw["weight"]
-        lead = x.shape[:-1]
+        shape = x.shape
+        flat = len(shape) != 2  # the op takes 2-D activations; reshape only when needed
         out = int8_math.npu_quant_linear(
-            x.reshape(-1, x.shape[-1]), weight, kw["weight_scale"], kw["bias"], out_dtype, self.ops
-        )
-        out = out.reshape(*lead, weight.shape[0])
+            x.reshape(-1, shape[-1]) if flat else x, weight, kw["weight_scale"], kw["bias"],
+            out_dtype, self.ops)
+        if flat:
+            out = out.reshape(*shape[:-1], weight.shape[0])
         return int8_math.apply_residual(out, kw["residual"], kw["residual_scale"])
 
     def _quant_failed(self, exc):

@@ -5,6 +5,8 @@ decline. It never raises: a declined call goes on to the next backend, and
 comfy-kitchen retries nothing after an exception.
 """
 
+from math import prod
+
 import torch
 
 from ascend_shim.kitchen import int8_math
@@ -57,24 +59,26 @@ def check_int8_linear(kwargs, input_acts, max_dim=int8_math.MAX_QUANT_MATMUL_DIM
         return (extra[0], "option unknown to ascend_shim")
     x = kwargs.get("x")
     weight = kwargs.get("weight")
+    # read each tensor attribute once: on the NPU this runs for every linear
     if not isinstance(x, torch.Tensor) or x.device.type != "npu":
         return ("x", "not an NPU tensor")
-    device = x.device
+    device, shape = x.device, x.shape
     if x.dtype not in int8_math.QUANT_DTYPES:
         return ("x", "dtype %s (needs float16/bfloat16)" % x.dtype)
-    if x.dim() < 2:
-        return ("x", "needs at least 2 dims, got %d" % x.dim())
-    if x.numel() == 0:
-        return ("x", "empty shape %s" % list(x.shape))
+    if len(shape) < 2:
+        return ("x", "needs at least 2 dims, got %d" % len(shape))
+    if 0 in shape:
+        return ("x", "empty shape %s" % list(shape))
     for name in ("weight", "weight_scale", "bias", "input_act_weight", "residual", "residual_scale"):
         bad = _on_device(name, kwargs.get(name), device)
         if bad:
             return bad
-    if weight is None or weight.dtype != torch.int8 or weight.dim() != 2:
+    w_shape = weight.shape if weight is not None else ()
+    if weight is None or weight.dtype != torch.int8 or len(w_shape) != 2:
         return ("weight", "needs a 2-D int8 tensor")
-    n, k_weight = weight.shape
+    n, k_weight = w_shape
     if n == 0 or k_weight == 0:
-        return ("weight", "empty shape %s" % list(weight.shape))
+        return ("weight", "empty shape %s" % list(w_shape))
     out_dtype = kwargs.get("out_dtype")
     if out_dtype is not None and out_dtype not in int8_math.QUANT_DTYPES:
         return ("out_dtype", "%s (needs float16/bfloat16)" % out_dtype)
@@ -82,32 +86,32 @@ def check_int8_linear(kwargs, input_acts, max_dim=int8_math.MAX_QUANT_MATMUL_DIM
     input_act = kwargs.get("input_act")
     if input_act not in input_acts:
         return ("input_act", "%r not supported by this comfy-kitchen" % (input_act,))
-    k_in = x.shape[-1]
+    k_in = shape[-1]
     width = int8_math.activated_width(input_act)
     if k_in % width:
         return ("x", "%s needs an even last dim, got %d" % (input_act, k_in))
     k = k_in // width
     if input_act == "rms_norm":
         act_weight = kwargs.get("input_act_weight")
-        if act_weight is None or act_weight.numel() != k_in:
+        if act_weight is None or prod(act_weight.shape) != k_in:
             return ("input_act_weight", "rms_norm needs a (%d,) weight" % k_in)
     if k != k_weight:
         return ("weight", "K mismatch: activation has %d, weight has %d" % (k, k_weight))
 
     scale = kwargs.get("weight_scale")
-    if scale is None or not scale.is_floating_point() or scale.numel() not in (1, n):
+    if scale is None or not scale.dtype.is_floating_point or prod(scale.shape) not in (1, n):
         return ("weight_scale", "needs a float scale of 1 or %d elements" % n)
     bias = kwargs.get("bias")
-    if bias is not None and (not bias.is_floating_point() or bias.numel() != n):
+    if bias is not None and (not bias.dtype.is_floating_point or prod(bias.shape) != n):
         return ("bias", "needs a float bias of %d elements" % n)
     residual = kwargs.get("residual")
     if residual is not None:
         residual_scale = kwargs.get("residual_scale")
         if residual_scale is None:
             return ("residual_scale", "required with residual")
-        if residual_scale.numel() not in (1, n):
+        if prod(residual_scale.shape) not in (1, n):
             return ("residual_scale", "needs 1 or %d elements" % n)
-        out_shape = tuple(x.shape[:-1]) + (n,)
+        out_shape = tuple(shape[:-1]) + (n,)
         try:
             fits = torch.broadcast_shapes(residual.shape, out_shape) == out_shape
         except RuntimeError:

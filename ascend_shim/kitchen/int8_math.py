@@ -22,7 +22,7 @@ QUANT_DTYPES = (torch.float16, torch.bfloat16)
 
 def flat_weight_scale(weight_scale):
     """ComfyUI stores ``()`` or ``[N, 1]``; the op wants fp32 ``(1,)`` or ``(N,)``."""
-    scale = weight_scale.reshape(-1)
+    scale = weight_scale if weight_scale.dim() == 1 else weight_scale.reshape(-1)
     if scale.dtype != torch.float32:
         scale = scale.to(torch.float32)
     return scale
@@ -44,7 +44,7 @@ def npu_quant_linear(x2d, weight, weight_scale, bias, out_dtype, ops):
         x_q,
         weight.t(),
         flat_weight_scale(weight_scale),
-        pertoken_scale=x_scale.reshape(-1),
+        pertoken_scale=x_scale if x_scale.dim() == 1 else x_scale.reshape(-1),  # (M,)
         bias=bias,
         output_dtype=out_dtype,
     )

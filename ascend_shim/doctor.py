@@ -1,0 +1,264 @@
+"""``python -m ascend_shim doctor``: what is installed, and what is wrong, on one screen.
+
+Runs anywhere, torch or not. Each finding carries a severity and a one-line
+fix; the exit status is 1 when something would stop ComfyUI from running on
+the NPU, else 0.
+"""
+
+import glob
+import importlib.util
+import json
+import os
+import platform
+import re
+import site
+import sys
+
+ENV_VARS = (
+    "ASCEND_SHIM", "ASCEND_SHIM_DISABLE", "ASCEND_SHIM_DEBUG", "ASCEND_SHIM_STRICT",
+    "ASCEND_SHIM_MMAP", "ASCEND_SHIM_INT8", "PYTORCH_NPU_ALLOC_CONF", "PYTORCH_ALLOC_CONF",
+    "PYTORCH_CUDA_ALLOC_CONF", "ASCEND_RT_VISIBLE_DEVICES", "TORCH_DEVICE_BACKEND_AUTOLOAD",
+    "TORCH_NPU_FALLBACK_CPU_DISABLE", "ASCEND_TOOLKIT_HOME", "ASCEND_HOME_PATH",
+)
+PROBLEM, WARNING, INFO = "problem", "warning", "info"
+
+
+class Findings(list):
+    def add(self, severity, what, fix=""):
+        self.append({"severity": severity, "what": what, "fix": fix})
+
+
+def _torch(report, findings):
+    try:
+        import torch
+    except Exception as exc:
+        report["torch"] = {"installed": False, "error": "%s: %s" % (type(exc).__name__, exc)}
+        if isinstance(exc, ImportError) and "torch" in str(exc) and "npu" not in str(exc):
+            findings.add(PROBLEM, "torch is not installed in this interpreter",
+                         "run doctor with the python of your ComfyUI venv")
+        else:
+            findings.add(PROBLEM, "import torch fails: %s" % exc,
+                         "torch autoloads torch_npu: source CANN's set_env.sh, or set "
+                         "TORCH_DEVICE_BACKEND_AUTOLOAD=0 to see torch's own state")
+        return None
+    cuda_build = bool(getattr(torch.version, "cuda", None))
+    try:
+        cuda_available = bool(torch.cuda.is_available())
+    except Exception:
+        cuda_available = False
+    report["torch"] = {"installed": True, "version": torch.__version__, "cuda_build": cuda_build,
+                       "cuda_version": torch.version.cuda, "cuda_available": cuda_available}
+    return torch
+
+
+def _torch_npu(torch, report, findings):
+    info = {"installed": importlib.util.find_spec("torch_npu") is not None}
+    report["torch_npu"] = info
+    report["npu"] = {"available": False, "count": 0, "name": None}
+    if not info["installed"]:
+        findings.add(INFO, "torch_npu is not installed: this is not an Ascend setup, the shim stays inert")
+        return None
+    try:
+        import torch_npu
+    except Exception as exc:
+        info.update(imports=False, error="%s: %s" % (type(exc).__name__, exc))
+        text = str(exc)
+        if "libhccl" in text or "libascend" in text or ".so" in text:
+            fix = "source CANN's set_env.sh (e.g. /usr/local/Ascend/ascend-toolkit/set_env.sh) before starting"
+        elif "undefined symbol" in text:
+            fix = "torch_npu is built for another torch: install the torch version its release pins"
+        elif "Two accelerators" in text:
+            fix = "this torch_npu refuses a CUDA build of torch: install the CPU build of the same torch version"
+        else:
+            fix = "fix the torch_npu import first: ComfyUI hides this error and falls back to CUDA"
+        findings.add(PROBLEM, "torch_npu does not import: %s" % text.splitlines()[0] if text else type(exc).__name__, fix)
+        return None
+    info.update(imports=True, version=getattr(torch_npu, "__version__", None))
+    info["quant_ops"] = {op: hasattr(torch_npu, op) for op in ("npu_dynamic_quant", "npu_quant_matmul")}
+    try:
+        from torch_npu.utils.collect_env import get_cann_version
+
+        report["cann"] = get_cann_version()
+    except Exception:
+        report["cann"] = _cann_from_files()
+    try:
+        available = bool(torch.npu.is_available())
+        count = torch.npu.device_count() if available else 0
+        name = torch.npu.get_device_name(0) if available else None
+    except Exception as exc:
+        available, count, name = False, 0, None
+        findings.add(PROBLEM, "torch.npu fails: %s" % exc, "check the NPU driver and ASCEND_RT_VISIBLE_DEVICES")
+    report["npu"] = {"available": available, "count": count, "name": name}
+    if not available:
+        findings.add(PROBLEM, "torch_npu imports but no NPU is available",
+                     "check `npu-smi info`, the driver, and ASCEND_RT_VISIBLE_DEVICES")
+    if not all(info["quant_ops"].values()):
+        missing = [op for op, present in info["quant_ops"].items() if not present]
+        findings.add(WARNING, "torch_npu lacks %s: INT8 layers run dequantized" % ", ".join(missing),
+                     "upgrade torch_npu/CANN (npu_dynamic_quant needs 2.1.0.post6+ / CANN 8.0.RC2+)")
+    return torch_npu
+
+
+def _cann_from_files():
+    for home in filter(None, (os.environ.get("ASCEND_TOOLKIT_HOME"), os.environ.get("ASCEND_HOME_PATH"),
+                              "/usr/local/Ascend/ascend-toolkit/latest")):
+        for name in ("version.cfg", "compiler/version.info", "toolkit/version.info"):
+            path = os.path.join(home, name)
+            try:
+                with open(path) as handle:
+                    match = re.search(r"version\s*=\s*([\w.\-]+)", handle.read(), re.I)
+                if match:
+                    return match.group(1)
+            except OSError:
+                continue
+    return None
+
+
+def _kitchen(report, findings):
+    info = {"installed": False}
+    report["comfy_kitchen"] = info
+    spec = importlib.util.find_spec("comfy_kitchen")
+    if spec is None or not spec.origin:
+        return
+    folder = os.path.dirname(spec.origin)
+    info["installed"] = True
+    info["version"] = _distribution_version("comfy-kitchen") or _version_from_file(spec.origin)
+    info["upstream_ascend_backend"] = os.path.exists(os.path.join(folder, "backends", "ascend", "__init__.py"))
+    with open(spec.origin, encoding="utf-8", errors="replace") as handle:
+        has_int8 = "def int8_linear" in handle.read()
+    info["int8_linear"] = has_int8
+    if not has_int8:
+        findings.add(WARNING, "comfy-kitchen %s has no int8_linear: INT8 models are dequantized"
+                     % info["version"], "upgrade comfy-kitchen to 0.2.11 or newer")
+
+
+def _distribution_version(name):
+    try:
+        from importlib import metadata
+
+        return metadata.version(name)
+    except Exception:
+        return None
+
+
+def _version_from_file(path):
+    try:
+        with open(path, encoding="utf-8", errors="replace") as handle:
+            match = re.search(r"__version__\s*=\s*['\"]([^'\"]+)", handle.read())
+        return match.group(1) if match else None
+    except OSError:
+        return None
+
+
+def _comfyui(report, directory):
+    candidates = [directory] if directory else [os.getcwd()]
+    for folder in candidates:
+        version_file = os.path.join(folder, "comfyui_version.py")
+        if os.path.isfile(os.path.join(folder, "comfy", "model_management.py")):
+            report["comfyui"] = {"path": os.path.abspath(folder),
+                                 "version": _version_from_file(version_file) if os.path.exists(version_file) else None}
+            return
+    report["comfyui"] = None
+
+
+def _shim(report, findings, torch_npu_ok):
+    import ascend_shim
+    from ascend_shim import _config
+
+    folders = site.getsitepackages() + [site.getusersitepackages()]
+    pth = [p for folder in folders for p in glob.glob(os.path.join(folder, "ascend_shim.pth"))]
+    bootstrap = sys.modules.get("ascend_shim._bootstrap")
+    active = bool(bootstrap and bootstrap.finder_installed())
+    config = _config.get()
+    report["shim"] = {"version": ascend_shim.__version__, "pth": pth, "active": active,
+                      "enabled": config.enabled, "config": config.as_dict(),
+                      "location": os.path.dirname(os.path.abspath(ascend_shim.__file__))}
+    if torch_npu_ok and not active:
+        if not config.enabled:
+            findings.add(PROBLEM, "the shim is switched off (ASCEND_SHIM=%s)" % os.environ.get("ASCEND_SHIM"),
+                         "unset ASCEND_SHIM")
+        elif not pth:
+            findings.add(PROBLEM, "ascend_shim.pth is not in this interpreter's site-packages",
+                         "pip install the shim with this python, or start with PYTHONPATH=<shim checkout>")
+        else:
+            findings.add(PROBLEM, "ascend_shim.pth is installed but did not run (python -S?)",
+                         "start python without -S")
+
+
+def _environment(report, findings, torch_info):
+    env = {name: os.environ.get(name) for name in ENV_VARS}
+    report["environment"] = env
+    if env["PYTORCH_NPU_ALLOC_CONF"] and env["PYTORCH_ALLOC_CONF"]:
+        findings.add(PROBLEM, "PYTORCH_NPU_ALLOC_CONF and PYTORCH_ALLOC_CONF are both set: torch_npu refuses this",
+                     "keep only PYTORCH_NPU_ALLOC_CONF")
+    if env["PYTORCH_CUDA_ALLOC_CONF"] and "cudaMallocAsync" in env["PYTORCH_CUDA_ALLOC_CONF"]:
+        findings.add(WARNING, "PYTORCH_CUDA_ALLOC_CONF asks for cudaMallocAsync (ComfyUI sets it for +cu torch)",
+                     "start ComfyUI with --disable-cuda-malloc on the NPU")
+    if torch_info and torch_info.get("cuda_build") and report["npu"]["available"]:
+        if report["shim"]["active"]:
+            findings.add(INFO, "torch %s is a CUDA build: ComfyUI's is_nvidia() says True on the NPU; "
+                         "the shim's is_nvidia patch corrects it" % torch_info["version"])
+        else:
+            findings.add(PROBLEM, "torch %s is a CUDA build on an NPU machine: ComfyUI takes it for NVIDIA "
+                         "and model loading dies with 'Found no NVIDIA driver'" % torch_info["version"],
+                         "activate ascend_shim in this venv (pip install it; leave ASCEND_SHIM unset)")
+
+
+def collect(comfyui_dir=None):
+    report = {"python": {"version": platform.python_version(), "executable": sys.executable,
+                         "venv": sys.prefix != getattr(sys, "base_prefix", sys.prefix)}}
+    findings = Findings()
+    torch = _torch(report, findings)
+    torch_npu = _torch_npu(torch, report, findings) if torch is not None else None
+    if torch is None:
+        report.setdefault("torch_npu", {"installed": importlib.util.find_spec("torch_npu") is not None})
+        report.setdefault("npu", {"available": False, "count": 0, "name": None})
+    report.setdefault("cann", None)
+    _kitchen(report, findings)
+    _comfyui(report, comfyui_dir)
+    _shim(report, findings, torch_npu is not None and report["npu"]["available"])
+    _environment(report, findings, report.get("torch"))
+    report["findings"] = findings
+    report["ok"] = not any(f["severity"] == PROBLEM for f in findings)
+    return report
+
+
+def _print(report):
+    torch = report["torch"]
+    npu = report["npu"]
+    lines = [
+        "python      %s (%s)" % (report["python"]["version"], report["python"]["executable"]),
+        "torch       %s" % (("%s%s" % (torch["version"], ", CUDA build" if torch["cuda_build"] else ""))
+                            if torch.get("installed") else "not usable: %s" % torch.get("error")),
+        "torch_npu   %s" % (report["torch_npu"].get("version") or
+                            ("not installed" if not report["torch_npu"].get("installed")
+                             else "does not import: %s" % report["torch_npu"].get("error"))),
+        "CANN        %s" % (report["cann"] or "unknown"),
+        "NPU         %s" % ("%d x %s" % (npu["count"], npu["name"]) if npu["available"] else "none"),
+        "kitchen     %s" % ((report["comfy_kitchen"].get("version") or "?") +
+                            (" (upstream ascend backend)" if report["comfy_kitchen"].get("upstream_ascend_backend") else "")
+                            if report["comfy_kitchen"]["installed"] else "not installed"),
+        "ComfyUI     %s" % (("%s at %s" % (report["comfyui"]["version"], report["comfyui"]["path"]))
+                            if report["comfyui"] else "not found (run in the ComfyUI folder or pass --comfyui DIR)"),
+        "shim        %s, %s, .pth %s" % (report["shim"]["version"], "active" if report["shim"]["active"] else "NOT active",
+                                         ", ".join(report["shim"]["pth"]) or "not found"),
+    ]
+    print("\n".join(lines))
+    set_vars = {k: v for k, v in report["environment"].items() if v is not None}
+    print("environment " + (", ".join("%s=%s" % kv for kv in sorted(set_vars.items())) or "(none of the relevant variables set)"))
+    print()
+    for finding in report["findings"]:
+        print("[%s] %s" % (finding["severity"], finding["what"]))
+        if finding["fix"]:
+            print("    fix: %s" % finding["fix"])
+    print("\n%s" % ("OK: nothing stops ComfyUI from running on the NPU" if report["ok"]
+                    else "PROBLEMS found: ComfyUI will not run properly on the NPU"))
+
+
+def main(options):
+    report = collect(getattr(options, "comfyui", None))
+    if options.json:
+        print(json.dumps(report, indent=2, sort_keys=True, default=str))
+    else:
+        _print(report)
+    return 0 if report["ok"] else 1
