@@ -43,12 +43,13 @@ class _HostOnly:
 
 
 def run(m_values, repeat, warmup):
+    from ascend_shim._npu import npu_reason
+
+    reason = npu_reason()
     import torch
 
     from ascend_shim.kitchen import int8_math
-    from ascend_shim.kitchen.registration import npu_reason
 
-    reason = npu_reason()
     rows = []
     if reason is None:
         import torch_npu
@@ -76,6 +77,11 @@ def run(m_values, repeat, warmup):
 
 
 def main(options):
+    try:
+        import torch  # noqa: F401
+    except ImportError as exc:
+        print("bench needs torch: %s" % exc)
+        return 3
     m_values = [int(v) for v in str(getattr(options, "m", "8352,256")).split(",") if v]
     result = run(m_values, options.repeat, getattr(options, "warmup", 3))
     if options.json:

@@ -89,7 +89,7 @@ def kitchen_check(torch, device):
 
 
 def run():
-    from ascend_shim.kitchen.registration import npu_reason
+    from ascend_shim._npu import npu_reason
 
     reason = npu_reason()
     if reason:

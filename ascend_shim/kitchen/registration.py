@@ -26,24 +26,6 @@ _lock = threading.Lock()
 _state = {"installed": None, "decision": "not registered", "policy": None, "reason": ""}
 
 
-def npu_reason():
-    """None when torch_npu imports and an NPU is available, else why not."""
-    try:
-        import torch_npu  # noqa: F401  (registers torch.npu)
-    except Exception as exc:
-        return "torch_npu does not import (%s: %s)" % (type(exc).__name__, exc)
-    import torch
-
-    npu = getattr(torch, "npu", None)
-    try:
-        available = bool(npu is not None and npu.is_available())
-    except Exception as exc:
-        return "torch.npu.is_available() raised %s" % exc
-    if not available:
-        return "no NPU available (torch.npu.is_available() is False)"
-    return None
-
-
 def upstream_int8(registry):
     """Whether upstream's ``ascend`` backend is registered, enabled and has int8_linear."""
     info = registry.list_backends().get(UPSTREAM)

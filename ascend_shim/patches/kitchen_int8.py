@@ -14,9 +14,9 @@ def guard(ck):
         return "ASCEND_SHIM_INT8=off"
     if not hasattr(ck, "int8_linear") or not hasattr(ck, "registry"):
         return "this comfy-kitchen has no int8_linear (needs 0.2.11+)"
-    from ascend_shim.kitchen import registration
+    from ascend_shim._npu import npu_reason
 
-    return registration.npu_reason()
+    return npu_reason()
 
 
 def apply(changes, ck):

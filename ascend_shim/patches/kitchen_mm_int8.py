@@ -11,9 +11,9 @@ from ascend_shim.engine import Patch
 def guard(ck):
     if not hasattr(ck, "mm_int8"):
         return "this comfy-kitchen has no mm_int8"
-    from ascend_shim.kitchen import registration
+    from ascend_shim._npu import npu_reason
 
-    return registration.npu_reason()
+    return npu_reason()
 
 
 def apply(changes, ck):

@@ -1,0 +1,19 @@
+"""Is there a usable Ascend NPU in this process? (imports nothing until asked)"""
+
+
+def npu_reason():
+    """None when torch_npu imports and an NPU is available, else why not."""
+    try:
+        import torch_npu  # noqa: F401  (registers torch.npu)
+    except Exception as exc:
+        return "torch_npu does not import (%s: %s)" % (type(exc).__name__, exc)
+    import torch
+
+    npu = getattr(torch, "npu", None)
+    try:
+        available = bool(npu is not None and npu.is_available())
+    except Exception as exc:
+        return "torch.npu.is_available() raised %s" % exc
+    if not available:
+        return "no NPU available (torch.npu.is_available() is False)"
+    return None

@@ -1,0 +1,35 @@
+"""Environment configuration: strict parsing, one warning per bad value, defaults."""
+
+import pytest
+
+from ascend_shim._config import Config
+
+
+def test_defaults():
+    config = Config({})
+    assert config.as_dict() == {"enabled": True, "disabled": [], "debug": False, "strict": False,
+                                "mmap": "auto", "int8": "auto"}
+
+
+@pytest.mark.parametrize("value,enabled", [("0", False), ("false", False), (" OFF ", False), ("no", False),
+                                           ("1", True), ("true", True), ("on", True), ("YES", True),
+                                           ("", True)])
+def test_switch(value, enabled):
+    assert Config({"ASCEND_SHIM": value}).enabled is enabled
+
+
+def test_bad_values_warn_and_fall_back(capsys):
+    config = Config({"ASCEND_SHIM": "maybe", "ASCEND_SHIM_INT8": "fast", "ASCEND_SHIM_MMAP": "never",
+                     "ASCEND_SHIM_DEBUG": "2"})
+    assert config.enabled is True and config.int8 == "auto" and config.mmap == "auto" and config.debug is False
+    err = capsys.readouterr().err.splitlines()
+    assert len(err) == 4
+    assert "ASCEND_SHIM='maybe' is not recognised" in err[0] and "using the default (on)" in err[0]
+    assert any("ASCEND_SHIM_MMAP='never' is not recognised; accepted: auto, keep" in line for line in err)
+
+
+def test_disable_list():
+    config = Config({"ASCEND_SHIM_DISABLE": " is_nvidia, mmap ,,"})
+    assert config.patch_disabled("mmap") and config.patch_disabled("is_nvidia")
+    assert not config.patch_disabled("synchronize")
+    assert Config({"ASCEND_SHIM_DISABLE": "*"}).patch_disabled("anything")
