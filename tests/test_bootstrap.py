@@ -346,3 +346,17 @@ def test_no_install_mode_via_pythonpath_chains_the_next_sitecustomize(tmp_path, 
     """
     result = harness.last_json(py(plain / "bin" / "python", code, tmp_path, PYTHONPATH=path))
     assert result == {"other": "ran", "is_nvidia": False}
+
+
+def test_debug_logs_each_event_to_stderr(venv_for, dummy):
+    python = venv_for("3.11")
+    proc = py(python, "import comfy.model_management", dummy, PYTHONPATH=dummy, ASCEND_SHIM_DEBUG="1")
+    assert proc.returncode == 0
+    lines = proc.stderr.splitlines()
+    assert "ascend_shim: import hook installed" in lines
+    assert "ascend_shim: first import of 'comfy': starting the patch engine" in lines
+    assert "ascend_shim: imported comfy.model_management" in lines
+    assert "ascend_shim: is_nvidia: applied" in lines
+    assert "ascend_shim: device_list: skipped (this ComfyUI has no get_all_torch_devices)" in lines
+    quiet = py(python, "import comfy.model_management", dummy, PYTHONPATH=dummy)
+    assert quiet.stderr == ""

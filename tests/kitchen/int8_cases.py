@@ -236,6 +236,18 @@ def grid_cases():
         ref = reference(x, q, scale, bias, residual=residual, residual_scale=residual_scale)
         cases.append(measure("ck:residual", lambda: ck.int8_linear(
             x, q, scale, bias, torch.bfloat16, residual=residual, residual_scale=residual_scale), ref, q))
+    if hasattr(ck, "int8_linear_modulated"):  # 0.2.38+: eager reaches _int_mm here too
+        q, scale = standard(n, k)
+        x = torch.randn(1, 9, k).to(torch.bfloat16).to(NPU)
+        modulation = (torch.rand(k) * 0.2).to(torch.bfloat16).to(NPU)
+        norm_weight = (torch.rand(k) + 0.5).to(torch.bfloat16).to(NPU)
+        modulated = x.cpu().float() * (1 + modulation.cpu().float())
+        cases.append(measure("ck:modulated", lambda: ck.int8_linear_modulated(
+            x, modulation, q, scale, None, torch.bfloat16), reference(modulated, q, scale), q))
+        normed = F.rms_norm(x.cpu().float(), (k,), norm_weight.cpu().float(), 1e-6)
+        cases.append(measure("ck:rms-modulated", lambda: ck.int8_linear_rms_modulated(
+            x, norm_weight, 1e-6, modulation, q, scale, None, torch.bfloat16),
+            reference(normed * (1 + modulation.cpu().float()), q, scale), q))
     return cases
 
 

@@ -77,6 +77,14 @@ def test_grid_runs_on_the_npu_and_matches_the_reference(kitchen_run, version):
             assert case["backend"] == ("ascend" if upstream_first(version) else "ascend_shim")
 
 
+def test_modulated_variants_stay_on_the_npu(kitchen_run):
+    """kitchen 0.2.38+ int8_linear_(rms_)modulated: eager would compose them over _int_mm."""
+    cases = by_name(kitchen_run("0.2.40", "grid"))
+    for name in ("ck:modulated", "ck:rms-modulated"):
+        assert_on_device(cases[name])  # served by the shim: upstream has no modulated kernel
+        assert_accurate(cases[name])
+
+
 @pytest.mark.parametrize("version", VERSIONS)
 def test_scaling_twice_would_be_caught(kitchen_run, version):
     """The classic bug (output multiplied by both scales again) fails these checks."""
