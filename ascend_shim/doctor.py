@@ -167,8 +167,7 @@ def _shim(report, findings, torch_npu_ok):
 
     folders = site.getsitepackages() + [site.getusersitepackages()]
     pth = [p for folder in folders for p in glob.glob(os.path.join(folder, "ascend_shim.pth"))]
-    bootstrap = sys.modules.get("ascend_shim._bootstrap")
-    active = bool(bootstrap and bootstrap.finder_installed())
+    active = ascend_shim.finder_installed()
     config = _config.get()
     report["shim"] = {"version": ascend_shim.__version__, "pth": pth, "active": active,
                       "enabled": config.enabled, "config": config.as_dict(),

@@ -148,9 +148,9 @@ def start():
             for name in record.patch.modules:
                 if name not in modules:
                     modules.append(name)
-        from ascend_shim import _bootstrap
+        import ascend_shim
 
-        present = _bootstrap.watch(modules, _on_import)
+        present = ascend_shim.watch(modules, _on_import)
         _present_at_start.update(present)
     for name in present:
         _on_import(sys.modules[name])
@@ -319,14 +319,15 @@ def patch_status():
 
 
 def status():
-    from ascend_shim import _bootstrap, fallback_report
+    import ascend_shim
+    from ascend_shim import fallback_report
 
     # the INT8 report needs torch; only load it where comfy-kitchen was patched
     registration = sys.modules.get("ascend_shim.kitchen.registration")
     return {
         "shim": {
             "config": _config.get().as_dict(),
-            "finder_installed": _bootstrap.finder_installed(),
+            "finder_installed": ascend_shim.finder_installed(),
             "engine_started": _started,
         },
         "patches": patch_status(),
