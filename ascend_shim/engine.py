@@ -99,7 +99,7 @@ class Changes:
 
 
 class _Record:
-    __slots__ = ("patch", "state", "reason", "late", "changes", "error")
+    __slots__ = ("patch", "state", "reason", "late", "changes")
 
     def __init__(self, patch):
         self.patch = patch
@@ -107,7 +107,6 @@ class _Record:
         self.reason = ""
         self.late = False
         self.changes = None
-        self.error = None
 
 
 _lock = threading.RLock()
@@ -115,7 +114,6 @@ _records = {}          # patch name -> _Record
 _hooked = set()        # module names whose post-import hook has fired
 _present_at_start = set()
 _started = False
-_listeners = []        # callables(record) run after each state change
 
 
 def all_patches():
@@ -219,7 +217,6 @@ def _apply(record):
             changes.undo()
         except Exception:
             log.debug("undo after failure failed", exc_info=True)
-        record.error = exc
         _set(record, FAILED, "%s: %s" % (type(exc).__name__, exc))
         log.warning("patch %s on %s failed and was left out: %s",
                     patch.name, patch.target, record.reason)
@@ -235,16 +232,6 @@ def _set(record, state, reason):
         record.state = state
         record.reason = reason
     log.debug("%s: %s%s", record.patch.name, state, " (%s)" % reason if reason else "")
-    for listener in list(_listeners):
-        try:
-            listener(record)
-        except Exception:
-            log.debug("listener failed", exc_info=True)
-
-
-def on_change(listener):
-    """Call ``listener(record)`` after each patch changes state."""
-    _listeners.append(listener)
 
 
 def remove(name):
