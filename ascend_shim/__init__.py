@@ -61,7 +61,7 @@ class ImportHookFinder:
     """Wraps the loader of watched modules; every other import is one lookup."""
 
     def find_spec(self, fullname, path=None, target=None):
-        if fullname not in _watched and (fullname not in TRIGGERS or _state["fired"]):
+        if fullname not in _watched and (_state["fired"] or fullname.partition(".")[0] not in TRIGGERS):
             return None
         key = (_thread.get_ident(), fullname)
         if key in _resolving:  # another finder re-entered the import system
@@ -71,6 +71,9 @@ class ImportHookFinder:
             spec = find_spec_skipping(self, fullname, path, target)
         finally:
             _resolving.discard(key)
+        # a namespace package (upstream ComfyUI's ``comfy/`` has no __init__.py)
+        # has no loader and runs no code: the engine then starts before its
+        # first submodule executes, which is just as early
         if spec is not None and spec.loader is not None and not isinstance(spec.loader, HookedLoader):
             spec.loader = HookedLoader(spec.loader, spec)
         return spec
@@ -117,8 +120,9 @@ class HookedLoader:
             pass
         _executing.add(name)
         try:
-            if name in TRIGGERS:
-                fire(name)
+            root = name.partition(".")[0]
+            if root in TRIGGERS:
+                fire(root)
             self._loader.exec_module(module)
         finally:
             _executing.discard(name)
@@ -152,7 +156,7 @@ def fire(trigger):
         try:
             from ascend_shim import engine
 
-            engine.start()
+            engine.start(fresh=(trigger,))
         except Exception as exc:
             if _settings().strict:
                 raise

@@ -129,8 +129,12 @@ def _ensure_records():
     return _records
 
 
-def start():
-    """Watch every module a patch needs (called once, by the import hook)."""
+def start(fresh=()):
+    """Watch every module a patch needs (called once, by the import hook).
+
+    ``fresh`` names modules imported just now, not before the shim (a
+    namespace trigger package): they are patched at once but not "late".
+    """
     global _started
     with _lock:
         if _started:
@@ -149,7 +153,7 @@ def start():
         import ascend_shim
 
         present = ascend_shim.watch(modules, _on_import)
-        _present_at_start.update(present)
+        _present_at_start.update(name for name in present if name not in fresh)
     for name in present:
         _on_import(sys.modules[name])
 

@@ -29,12 +29,17 @@ if isinstance(MAX_PINNED_MEMORY, str):
 '''
 
 
-@pytest.fixture
-def dummy(tmp_path):
-    """A folder with a dummy ``comfy`` package and an (empty) ``torch_npu``."""
+@pytest.fixture(params=["namespace", "regular"])
+def dummy(tmp_path, request):
+    """A folder with a dummy ``comfy`` package and an (empty) ``torch_npu``.
+
+    ``comfy`` comes both ways: a namespace package, like upstream ComfyUI's
+    (no __init__.py), and a regular one.
+    """
     root = tmp_path / "dummy"
     (root / "comfy").mkdir(parents=True)
-    (root / "comfy" / "__init__.py").write_text("")
+    if request.param == "regular":
+        (root / "comfy" / "__init__.py").write_text("")
     (root / "comfy" / "model_management.py").write_text(DUMMY_MM)
     (root / "torch_npu").mkdir()
     (root / "torch_npu" / "__init__.py").write_text("")

@@ -27,7 +27,10 @@ def apply(changes, mm):
     if hasattr(mm, "NUM_STREAMS"):
         if getattr(args, "async_offload", False):
             changes.note("NUM_STREAMS kept (--async-offload)")
-        elif mm.NUM_STREAMS:
+        elif mm.NUM_STREAMS > 1:
+            # 2 is the async-offload default newer ComfyUI derives from
+            # is_nvidia(); 0 is its value for every other device (older
+            # versions start at 1 and raise it only for --async-offload)
             changes.assign(mm, "NUM_STREAMS", 0)
             changes.note("NUM_STREAMS=0")
     if getattr(mm, "MIN_WEIGHT_MEMORY_RATIO", None) == 0.0:

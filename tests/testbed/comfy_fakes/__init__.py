@@ -1,8 +1,9 @@
 """Contract fakes of ComfyUI's ``comfy`` package, one directory per shape.
 
 Put ``shape_path(name)`` on ``sys.path`` / PYTHONPATH in place of a ComfyUI
-checkout.  Each shape has ``comfy/{__init__,options,cli_args,utils,
-model_management,ops}.py``, ``comfyui_version.py`` and, except v0_3_10,
+checkout.  Each shape has ``comfy/{options,cli_args,utils,model_management,
+ops}.py`` (no ``comfy/__init__.py``: upstream's ``comfy`` is a namespace
+package, and the shim must start on that too), ``comfyui_version.py`` and, except v0_3_10,
 ``main.py`` + ``cuda_malloc.py``; v0_29 adds ``comfy/quant_ops.py`` (real
 comfy_kitchen, any of 0.2.11 - 0.2.40, must be importable).
 

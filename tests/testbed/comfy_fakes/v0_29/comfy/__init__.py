@@ -1,1 +1,0 @@
-# Contract fake of the ComfyUI ``comfy`` package (test bed only; not ComfyUI code).
