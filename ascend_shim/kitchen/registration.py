@@ -106,12 +106,11 @@ def _set_priority(registry, policy, upstream_ok):
     if SHIM not in _state["installed"][2]:
         order = [n for n in order if n != SHIM]
     registry.set_priority(order)
-    first = order[0]
-    if policy == "upstream" or (policy == "auto" and upstream_ok):
+    if policy in ("upstream", "auto") and upstream_ok:
         _state["decision"] = "upstream %r first, %s" % (
             UPSTREAM, "then ascend_shim" if SHIM in order else "then the on-device fallback")
     else:
-        _state["decision"] = "%s first" % first
+        _state["decision"] = "%s first" % order[0]
 
 
 def assert_priority():
