@@ -233,8 +233,7 @@ class Int8Linear:
         """The fused variants: the INT8 path when it accepts, else the fallback."""
         kwargs = dict(x=x, weight=weight, weight_scale=weight_scale, bias=bias,
                       out_dtype=out_dtype, convrot=convrot, convrot_groupsize=convrot_groupsize)
-        declined = self.accepts(kwargs) if self.ops is not None else ("__backend__", "no ops")
-        if declined:
+        if self.accepts(kwargs):  # declined, missing ops included (quant_broken)
             return self.fallback(**kwargs)
         return self.quant(**kwargs)
 

@@ -42,6 +42,17 @@ def model_management():
     return sys.modules["comfy.model_management"]
 
 
+def probed_device_type(args, kwargs):
+    """Device type a ``supports_*_compute(device=None)`` call asks about.
+
+    The ``device`` argument, else ComfyUI's current torch device.
+    """
+    device = args[0] if args else kwargs.get("device")
+    if device is None:
+        device = model_management().get_torch_device()
+    return getattr(device, "type", device)
+
+
 def npu_devices():
     """The visible NPU devices, as torch.device objects."""
     import torch

@@ -8,6 +8,7 @@ reference ``is_ascend_npu``.
 from ascend_shim.engine import Patch
 from ascend_shim.patches._guards import comfy_npu_active, handles_npu
 
+
 def guard(mm):
     reason = comfy_npu_active(mm)
     if reason:

@@ -7,22 +7,13 @@ CUDA-build torch they reach ``torch.cuda.get_device_properties`` and raise
 """
 
 from ascend_shim.engine import Patch
-from ascend_shim.patches._guards import model_management, npu_and_attribute
+from ascend_shim.patches._guards import npu_and_attribute, probed_device_type
 
 PROBES = ("supports_fp8_compute", "supports_nvfp4_compute", "supports_mxfp8_compute")
 
 
-def _device_argument(args, kwargs):
-    if args:
-        return args[0]
-    return kwargs.get("device")
-
-
 def _cuda_only(wrapped, instance, args, kwargs):
-    device = _device_argument(args, kwargs)
-    if device is None:
-        device = model_management().get_torch_device()
-    if getattr(device, "type", device) != "cuda":
+    if probed_device_type(args, kwargs) != "cuda":
         return False
     return wrapped(*args, **kwargs)
 

@@ -6,14 +6,9 @@ from ascend_shim.engine import Patch
 
 
 def guard(torch_npu):
-    import torch
+    from ascend_shim._npu import npu_reason
 
-    try:
-        if not torch.npu.is_available():
-            return "no NPU available"
-    except Exception as exc:
-        return "torch.npu.is_available() raised %s" % exc
-    return None
+    return npu_reason()
 
 
 def apply(changes, torch_npu):

@@ -8,14 +8,11 @@ it follows the registry if the backend is removed later.
 """
 
 from ascend_shim.engine import Patch
-from ascend_shim.patches._guards import model_management, npu_and_attribute
+from ascend_shim.patches._guards import npu_and_attribute, probed_device_type
 
 
 def _int8_on_npu(wrapped, instance, args, kwargs):
-    device = args[0] if args else kwargs.get("device")
-    if device is None:
-        device = model_management().get_torch_device()
-    if getattr(device, "type", device) != "npu":
+    if probed_device_type(args, kwargs) != "npu":
         return wrapped(*args, **kwargs)
     from ascend_shim.kitchen import registration
 
