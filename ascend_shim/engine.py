@@ -13,90 +13,12 @@ import logging
 import sys
 import threading
 
-import wrapt
-
 from ascend_shim import _config
-
-log = logging.getLogger("ascend_shim")
-
-PENDING, APPLYING, APPLIED, SKIPPED, FAILED, DISABLED, REMOVED = (
-    "pending", "applying", "applied", "skipped", "failed", "disabled", "removed",
+from ascend_shim.patching import (  # noqa: F401  (re-exported for status readers)
+    APPLIED, APPLYING, DISABLED, FAILED, PENDING, REMOVED, SKIPPED, Changes, Patch,
 )
 
-
-class Patch:
-    """One patch unit.
-
-    target   module whose attributes are changed
-    requires other modules that must have executed before the guard decides
-    guard    ``guard(module) -> None | str``: None applies, a string is the
-             reason the patch is skipped on this machine / version
-    apply    ``apply(changes, module)``; every change goes through ``changes``
-    remove   optional extra clean-up ``remove(module)`` after the generic undo
-    """
-
-    def __init__(self, name, target, summary, apply, guard=None, requires=(),
-                 remove=None):
-        self.name = name
-        self.target = target
-        self.summary = summary
-        self.apply = apply
-        self.guard = guard
-        self.requires = tuple(requires)
-        self.remove = remove
-
-    @property
-    def modules(self):
-        return (self.target,) + self.requires
-
-    def __repr__(self):
-        return "<Patch %s on %s>" % (self.name, self.target)
-
-
-class Changes:
-    """Records wraps and attribute assignments so they can be undone."""
-
-    def __init__(self):
-        self.wraps = []    # (owner, attribute, handle)
-        self.assigned = []  # (owner, attribute, had_attribute, old_value)
-        self.notes = []
-
-    def wrap(self, owner, attribute, wrapper):
-        """Wrap ``owner.attribute`` with a wrapt function wrapper."""
-        handle = wrapt.wrap_function_wrapper(owner, attribute, wrapper)
-        self.wraps.append((owner, attribute, handle))
-        return handle
-
-    def assign(self, owner, attribute, value):
-        had = hasattr(owner, attribute)
-        old = getattr(owner, attribute, None)
-        setattr(owner, attribute, value)
-        self.assigned.append((owner, attribute, had, old))
-
-    def note(self, text):
-        self.notes.append(text)
-
-    def undo(self):
-        for owner, attribute, handle in reversed(self.wraps):
-            wrapt.unwrap_object(owner, attribute, handle, missing_ok=True)
-        for owner, attribute, had, old in reversed(self.assigned):
-            if had:
-                setattr(owner, attribute, old)
-            elif hasattr(owner, attribute):
-                delattr(owner, attribute)
-        self.wraps.clear()
-        self.assigned.clear()
-
-    def in_place(self):
-        """True while every wrapper is still reachable from its attribute."""
-        for owner, attribute, handle in self.wraps:
-            try:
-                if not wrapt.is_wrapped_by(getattr(owner, attribute, None), handle):
-                    return False
-            except Exception:
-                return False
-        return True
-
+log = logging.getLogger("ascend_shim")
 
 class _Record:
     __slots__ = ("patch", "state", "reason", "late", "changes")
@@ -182,13 +104,25 @@ def _on_import(module):
     log.debug("imported %s", name)
     with _lock:
         _hooked.add(name)
-        ready = [
-            r for r in _records.values()
-            if r.state == PENDING and name in r.patch.modules
-            and all(m in _hooked for m in r.patch.modules)
-        ]
-    for record in ready:
-        _apply(record)
+    _apply_ready()
+
+
+def _ready(record):
+    if record.state != PENDING or not all(m in _hooked for m in record.patch.modules):
+        return False
+    return all(_records[n].state not in (PENDING, APPLYING) for n in record.patch.after
+               if n in _records)
+
+
+def _apply_ready():
+    """Apply, in declaration order, every pending patch that can now decide."""
+    while True:
+        with _lock:
+            ready = [r for r in _records.values() if _ready(r)]
+        if not ready:
+            return
+        for record in ready:
+            _apply(record)
 
 
 def _apply(record):
@@ -203,8 +137,13 @@ def _apply(record):
         record.state = APPLYING
         record.late = any(m in _present_at_start for m in patch.modules)
     module = sys.modules.get(patch.target)
+    missing = [n for n in patch.after if state_of(n) != APPLIED]
     if config.patch_disabled(patch.name):
         _set(record, DISABLED, "disabled by ASCEND_SHIM_DISABLE")
+        return
+    if missing:
+        _set(record, SKIPPED, "needs %s applied first (%s)" % (
+            ", ".join(missing), ", ".join(str(state_of(n)) for n in missing)))
         return
     if module is None:
         _set(record, SKIPPED, "%s is not importable" % patch.target)

@@ -8,7 +8,7 @@ with ``PYTORCH_ALLOC_CONF`` (torch_npu refuses both).
 
 import os
 
-from ascend_shim.engine import Patch
+from ascend_shim.patching import Patch
 
 VARIABLE = "PYTORCH_NPU_ALLOC_CONF"
 VALUE = "expandable_segments:True"

@@ -5,7 +5,7 @@ through to CUDA queries. Detected by feature: the original's code does not
 reference ``is_ascend_npu``.
 """
 
-from ascend_shim.engine import Patch
+from ascend_shim.patching import Patch
 from ascend_shim.patches._guards import comfy_npu_active, handles_npu
 
 

@@ -6,7 +6,7 @@ CUDA-build torch they reach ``torch.cuda.get_device_properties`` and raise
 ``get_torch_device()``) and never touches ``torch.cuda`` for a non-CUDA one.
 """
 
-from ascend_shim.engine import Patch
+from ascend_shim.patching import Patch
 from ascend_shim.patches._guards import npu_and_attribute, probed_device_type
 
 PROBES = ("supports_fp8_compute", "supports_nvfp4_compute", "supports_mxfp8_compute")

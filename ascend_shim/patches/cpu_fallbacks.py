@@ -2,7 +2,7 @@
 
 import warnings
 
-from ascend_shim.engine import Patch
+from ascend_shim.patching import Patch
 
 
 def guard(torch_npu):

@@ -7,7 +7,7 @@ is_nvidia stays False on the NPU, which keeps the CUDA-only aimdo/DynamicVRAM
 path off.
 """
 
-from ascend_shim.engine import Patch
+from ascend_shim.patching import Patch
 from ascend_shim.patches._guards import handles_npu, npu_and_attribute, npu_devices
 
 _npu_and_function = npu_and_attribute("get_all_torch_devices")

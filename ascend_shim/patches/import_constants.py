@@ -6,7 +6,7 @@ tuning. Each constant is reset only where it exists, and never against an
 explicit user flag (``--pin-shared-memory``, ``--async-offload``).
 """
 
-from ascend_shim.engine import Patch
+from ascend_shim.patching import Patch
 from ascend_shim.patches._guards import npu_and_attribute
 
 CONSTANTS = ("MAX_PINNED_MEMORY", "NUM_STREAMS", "MIN_WEIGHT_MEMORY_RATIO", "PRIORITIZE_FP16")

@@ -7,7 +7,7 @@ otherwise ComfyUI dequantizes the weights on the device. Decided per call, so
 it follows the registry if the backend is removed later.
 """
 
-from ascend_shim.engine import Patch
+from ascend_shim.patching import Patch
 from ascend_shim.patches._guards import npu_and_attribute, probed_device_type
 
 

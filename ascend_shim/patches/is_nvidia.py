@@ -6,7 +6,7 @@ tested first (under ``transfer_to_npu`` CUDA even looks available); elsewhere
 the original answer stands, but only while CUDA is really available.
 """
 
-from ascend_shim.engine import Patch
+from ascend_shim.patching import Patch
 from ascend_shim.patches._guards import comfy_npu_active, model_management
 
 

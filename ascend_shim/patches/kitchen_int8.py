@@ -6,7 +6,7 @@ and orders them per ``ASCEND_SHIM_INT8``. Eager is never edited.
 """
 
 from ascend_shim import _config
-from ascend_shim.engine import Patch
+from ascend_shim.patching import Patch
 
 
 def guard(ck):

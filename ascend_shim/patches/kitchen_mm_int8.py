@@ -5,7 +5,7 @@ comfy-kitchen calls eager's ``mm_int8`` directly (no registry), which ends in
 with fp32 GEMMs on K-chunks instead.
 """
 
-from ascend_shim.engine import Patch
+from ascend_shim.patching import Patch
 
 
 def guard(ck):

@@ -1,12 +1,6 @@
 """Keep the shim's backend order after ``comfy.quant_ops`` reconfigures comfy-kitchen."""
 
-from ascend_shim.engine import APPLIED, Patch, state_of
-
-
-def guard(quant_ops):
-    if state_of("kitchen_int8") != APPLIED:
-        return "kitchen_int8 is not applied"
-    return None
+from ascend_shim.patching import Patch
 
 
 def apply(changes, quant_ops):
@@ -19,7 +13,7 @@ PATCH = Patch(
     name="kitchen_priority",
     target="comfy.quant_ops",
     requires=("comfy_kitchen",),
+    after=("kitchen_int8",),
     summary="re-assert the INT8 backend order after ComfyUI sets up comfy-kitchen",
-    guard=guard,
     apply=apply,
 )

@@ -4,7 +4,7 @@ ComfyUI calls it from its out-of-memory handler; on a CUDA build without a
 driver ``torch.cuda.memory_summary()`` raises and hides the real OOM.
 """
 
-from ascend_shim.engine import Patch
+from ascend_shim.patching import Patch
 from ascend_shim.patches._guards import npu_and_attribute
 
 

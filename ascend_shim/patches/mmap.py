@@ -9,7 +9,7 @@ either way.
 """
 
 from ascend_shim import _config
-from ascend_shim.engine import Patch
+from ascend_shim.patching import Patch
 from ascend_shim.patches._guards import comfy_npu_active, model_management
 
 

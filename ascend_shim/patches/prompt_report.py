@@ -2,14 +2,12 @@
 
 import logging
 
-from ascend_shim.engine import APPLIED, Patch, state_of
+from ascend_shim.patching import Patch
 
 log = logging.getLogger("ascend_shim")
 
 
 def guard(execution):
-    if state_of("cpu_fallbacks") != APPLIED:
-        return "cpu_fallbacks is not applied"
     if not hasattr(getattr(execution, "PromptExecutor", None), "execute"):
         return "this ComfyUI has no PromptExecutor.execute"
     return None
@@ -35,7 +33,7 @@ def apply(changes, execution):
 PATCH = Patch(
     name="prompt_report",
     target="execution",
-    requires=("torch_npu",),
+    after=("cpu_fallbacks",),
     summary="log new CPU fallbacks once a prompt has executed",
     guard=guard,
     apply=apply,

@@ -1,6 +1,6 @@
 """``synchronize()`` synchronizes the NPU (upstream has no NPU branch: a no-op)."""
 
-from ascend_shim.engine import Patch
+from ascend_shim.patching import Patch
 from ascend_shim.patches._guards import npu_and_attribute
 
 
