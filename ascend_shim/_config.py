@@ -17,6 +17,7 @@ _FALSE = OFF_VALUES
 CHOICES = {
     "ASCEND_SHIM_MMAP": (("auto", "keep"), "auto"),
     "ASCEND_SHIM_INT8": (("auto", "shim", "upstream", "off"), "auto"),
+    "ASCEND_SHIM_FP8": (("auto", "bf16", "int8", "off"), "auto"),
 }
 
 _cached = None
@@ -65,7 +66,7 @@ def _names(env, name):
 class Config:
     """A snapshot of the ASCEND_SHIM* variables."""
 
-    __slots__ = ("enabled", "disabled", "debug", "strict", "mmap", "int8")
+    __slots__ = ("enabled", "disabled", "debug", "strict", "mmap", "int8", "fp8")
 
     def __init__(self, env):
         self.enabled = _flag(env, "ASCEND_SHIM", True)
@@ -74,6 +75,7 @@ class Config:
         self.strict = _flag(env, "ASCEND_SHIM_STRICT", False)
         self.mmap = _choice(env, "ASCEND_SHIM_MMAP")
         self.int8 = _choice(env, "ASCEND_SHIM_INT8")
+        self.fp8 = _choice(env, "ASCEND_SHIM_FP8")
 
     def patch_disabled(self, name):
         return "*" in self.disabled or name in self.disabled
@@ -86,6 +88,7 @@ class Config:
             "strict": self.strict,
             "mmap": self.mmap,
             "int8": self.int8,
+            "fp8": self.fp8,
         }
 
 
