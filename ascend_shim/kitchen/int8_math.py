@@ -76,10 +76,11 @@ def exact_int8_mm(a, b):
     m, n = a.shape[0], b.shape[1]
     out = torch.zeros((m, n), dtype=torch.int32, device=a.device)
     k = a.shape[1]
-    for start in range(0, k, EXACT_FP32_K_CHUNK):
-        stop = min(start + EXACT_FP32_K_CHUNK, k)
-        partial = torch.matmul(a[:, start:stop].to(torch.float32), b[start:stop].to(torch.float32))
-        out += partial.to(torch.int32)
+    with hf32_off():  # HF32 GEMMs are not exact (FACTS 7.3)
+        for start in range(0, k, EXACT_FP32_K_CHUNK):
+            stop = min(start + EXACT_FP32_K_CHUNK, k)
+            partial = torch.matmul(a[:, start:stop].to(torch.float32), b[start:stop].to(torch.float32))
+            out += partial.to(torch.int32)
     return out
 
 
@@ -112,3 +113,92 @@ def is_power_of_four(value):
     return isinstance(value, int) and value >= 4 and value & (value - 1) == 0 and (
         value.bit_length() - 1
     ) % 2 == 0
+
+
+# -- exact integer matmul on the device (``aten::_int_mm`` for the NPU) -------
+
+# fp32 represents every integer below 2**24 exactly
+_FP32_EXACT_LIMIT = 2 ** 24
+_MAGNITUDE = {torch.int8: 128, torch.uint8: 255}
+
+
+def exact_k_chunk(a_dtype, b_dtype=torch.int8):
+    """Largest power-of-two K-chunk whose fp32 partial sums stay exact.
+
+    int8 x int8: 1024 (1024 * 128 * 128 = 2**24); uint8 x int8: 512.
+    """
+    bound = _MAGNITUDE[a_dtype] * _MAGNITUDE[b_dtype]
+    chunk = 1
+    while chunk * 2 * bound <= _FP32_EXACT_LIMIT:
+        chunk *= 2
+    return chunk
+
+
+class _Hf32Guard:
+    """Keeps ``torch.npu.matmul.allow_hf32`` off while any exact GEMM runs.
+
+    The flag is process-wide, so overlapping users share one switch: the first
+    to enter saves the user's setting and turns HF32 off, the last to leave
+    puts the setting back.
+    """
+
+    def __init__(self):
+        import threading
+
+        self._lock = threading.Lock()
+        self._depth = 0
+        self._saved = None
+
+    @staticmethod
+    def _settings():
+        npu = getattr(torch, "npu", None)
+        settings = getattr(npu, "matmul", None)
+        return settings if hasattr(settings, "allow_hf32") else None
+
+    def __enter__(self):
+        settings = self._settings()
+        with self._lock:
+            if self._depth == 0 and settings is not None:
+                self._saved = bool(settings.allow_hf32)
+                if self._saved:
+                    settings.allow_hf32 = False
+            self._depth += 1
+        return self
+
+    def __exit__(self, *exc_info):
+        settings = self._settings()
+        with self._lock:
+            self._depth -= 1
+            if self._depth == 0:
+                if self._saved and settings is not None:
+                    settings.allow_hf32 = True
+                self._saved = None
+        return False
+
+
+_HF32_GUARD = _Hf32Guard()
+
+
+def hf32_off():
+    """Context manager: fp32 GEMMs inside run in full fp32, never HF32."""
+    return _HF32_GUARD
+
+
+def exact_int_mm(a, b):
+    """Exact ``a[M,K] @ b[K,N]`` (a int8 or uint8, b int8) -> int32 on a's device.
+
+    fp32 GEMMs over K-chunks short enough that every partial sum is an exact
+    fp32 integer (``exact_k_chunk``), HF32 off, partials added in int32.
+    """
+    m, k = a.shape
+    n = b.shape[1]
+    out = torch.zeros((m, n), dtype=torch.int32, device=a.device)
+    if m == 0 or n == 0:
+        return out
+    chunk = exact_k_chunk(a.dtype, b.dtype)
+    with hf32_off():
+        for start in range(0, k, chunk):
+            stop = min(start + chunk, k)
+            partial = torch.mm(a[:, start:stop].to(torch.float32), b[start:stop].to(torch.float32))
+            out += partial.to(torch.int32)
+    return out

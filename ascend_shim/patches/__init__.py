@@ -12,9 +12,9 @@ from ascend_shim.patches import (
     device_list,
     import_constants,
     int8_compute,
+    int_mm,
     is_nvidia,
     kitchen_int8,
-    kitchen_mm_int8,
     kitchen_priority,
     memory_summary,
     mmap,
@@ -24,8 +24,8 @@ from ascend_shim.patches import (
 
 PATCHES = [
     alloc_conf.PATCH,
+    int_mm.PATCH,
     kitchen_int8.PATCH,
-    kitchen_mm_int8.PATCH,
     kitchen_priority.PATCH,
     is_nvidia.PATCH,
     compute_probes.PATCH,

@@ -62,6 +62,8 @@ __all__ = [
     "reset_peak_memory_stats",
     "op_counts",
     "reset_op_counts",
+    "matmul_allow_hf32",
+    "set_matmul_allow_hf32",
 ]
 
 DEVICE_TYPE = "npu"
@@ -80,6 +82,18 @@ _TRANSFER_OPS = frozenset(
 # Like CUDA, advanced indexing accepts CPU index tensors.
 _INDEX_OPS = frozenset({"aten::index", "aten::index_put_", "aten::index_put", "aten::_index_put_impl_"})
 _NO_OP = frozenset({"aten::record_stream"})
+# PrivateUse1 kernels the bed registers itself (factories and transfers); any
+# other PrivateUse1 kernel is "a real NPU kernel" and wins over the simulation
+_BED_KERNELS = frozenset(
+    {"aten::empty.memory_format", "aten::empty_strided", "aten::_copy_from",
+     "aten::_copy_from_and_resize", "aten::_local_scalar_dense"}
+)
+# fp32 GEMMs that run in HF32 while torch.npu.matmul.allow_hf32 is on. The
+# bed rounds their inputs *and* results to 10 mantissa bits: FACTS 7.3 says
+# an int8 matmul computed in HF32 gives wrong int32 results, which rounding
+# int8-valued inputs alone would never show.
+_MATMUL_OPS = frozenset({"aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm", "aten::addbmm"})
+_HF32_DROPPED_BITS = 23 - 10
 _ATEN_NAMESPACES = frozenset({"aten", "prims", "prim", "debugprims"})
 
 _lock = threading.RLock()
@@ -88,6 +102,7 @@ _state = {
     "count": 1,
     "current": 0,
     "module": None,
+    "allow_hf32": False,  # torch_npu's default for matmul
 }
 _fallback_ops = set(DEFAULT_CPU_FALLBACK_OPS)
 _fallback_log: collections.Counter = collections.Counter()
@@ -467,6 +482,10 @@ def _dispatch(func, args, kwargs):
                 f"devices, {first_dev} and {dev}!"
             )
 
+    if _has_foreign_kernel(func):
+        # a PrivateUse1 kernel registered by someone else (torch_npu, the shim)
+        # beats torch_npu's boxed CPU fallback, as in the real dispatcher
+        return _redispatch_custom(func, args, kwargs)
     if schema_name in _fallback_ops or func.name() in _fallback_ops:
         _cpu_fallback(schema_name)
 
@@ -491,7 +510,12 @@ def _dispatch(func, args, kwargs):
     else:
         out_index = npu_index
 
+    hf32 = _state["allow_hf32"] and schema_name in _MATMUL_OPS
+    if hf32:
+        cargs = tree_map(_to_hf32, cargs)
     out = func(*cargs, **ckwargs)
+    if hf32:
+        tree_map(_round_to_hf32_, out)  # in place: out= results keep their identity
 
     def wrap_out(o):
         if not isinstance(o, torch.Tensor) or isinstance(o, NpuTensor):
@@ -515,6 +539,38 @@ def _dispatch(func, args, kwargs):
         isinstance(t, NpuTensor) and not t.is_inference() for t in inputs.values()
     )
     return tree_map(wrap_out, out)
+
+
+def _has_foreign_kernel(func) -> bool:
+    name = func.name()
+    if name in _BED_KERNELS:
+        return False
+    return torch._C._dispatch_has_kernel_for_dispatch_key(name, "PrivateUse1")
+
+
+def _to_hf32(t):
+    """fp32 values rounded (nearest-even) to HF32's 10 stored mantissa bits."""
+    if not isinstance(t, torch.Tensor) or t.dtype != torch.float32:
+        return t
+    bits = t.contiguous().view(torch.int32)
+    keep = ((bits >> _HF32_DROPPED_BITS) & 1) + ((1 << (_HF32_DROPPED_BITS - 1)) - 1)
+    rounded = (bits + keep) & ~((1 << _HF32_DROPPED_BITS) - 1)
+    return rounded.view(torch.float32).reshape(t.shape)
+
+
+def _round_to_hf32_(t):
+    if isinstance(t, torch.Tensor) and t.dtype == torch.float32:
+        t.copy_(_to_hf32(t))
+    return t
+
+
+def matmul_allow_hf32() -> bool:
+    return _state["allow_hf32"]
+
+
+def set_matmul_allow_hf32(enabled: bool) -> None:
+    """``torch.npu.matmul.allow_hf32``: fp32 GEMMs on the device lose precision."""
+    _state["allow_hf32"] = bool(enabled)
 
 
 def _redispatch_custom(func, args, kwargs):

@@ -366,4 +366,19 @@ class _Config:
 
 config = _Config()
 
+
+class _MatmulSettings:
+    """``torch.npu.matmul``: ``allow_hf32`` makes fp32 GEMMs run in HF32."""
+
+    @property
+    def allow_hf32(self) -> bool:
+        return _dev.matmul_allow_hf32()
+
+    @allow_hf32.setter
+    def allow_hf32(self, enabled) -> None:
+        _dev.set_matmul_allow_hf32(enabled)
+
+
+matmul = _MatmulSettings()
+
 from . import memory  # noqa: E402  (submodule; needs the functions above)

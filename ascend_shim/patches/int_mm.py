@@ -1,0 +1,45 @@
+"""``aten::_int_mm`` on NPU tensors runs on the NPU, for every caller.
+
+torch_npu has no ``_int_mm`` kernel, so comfy-kitchen's eager INT8 paths
+(``int8_linear``, ``mm_int8``, W4A8), ComfyUI and custom nodes reach its CPU
+fallback. The patch registers the shim's exact on-device kernel for the NPU's
+dispatch key when torch_npu loads, unless torch_npu has its own.
+"""
+
+from ascend_shim import _config
+from ascend_shim.patching import Patch
+
+
+def guard(torch_npu):
+    if _config.get().int8 == "off":
+        return "ASCEND_SHIM_INT8=off"
+    from ascend_shim._npu import npu_reason
+
+    reason = npu_reason()
+    if reason:
+        return reason
+    from ascend_shim import int_mm
+
+    return int_mm.served_elsewhere()
+
+
+def apply(changes, torch_npu):
+    from ascend_shim import int_mm
+
+    changes.note(int_mm.register())
+
+
+def remove(torch_npu):
+    from ascend_shim import int_mm
+
+    int_mm.deregister()
+
+
+PATCH = Patch(
+    name="int_mm",
+    target="torch_npu",
+    summary="exact aten::_int_mm kernel on the NPU instead of torch_npu's CPU fallback",
+    guard=guard,
+    apply=apply,
+    remove=remove,
+)
