@@ -1,62 +1,53 @@
-"""Command line: ``python -m ascend_shim status|doctor|selftest|bench``."""
+"""Command line: ``python -m ascend_shim`` (or ``ascend-shim``) status|doctor|selftest|bench.
+
+Exit status, the same for every command:
+  0  done, nothing wrong
+  1  a problem was found (doctor), a check failed (selftest), a module given
+     to ``status --import`` failed to import
+  2  bad command line (argparse)
+  3  the command needs an Ascend NPU and there is none (selftest; bench, after
+     printing the host-side timings it could take)
+  4  the command itself failed: a bug in the shim, reported in one line
+     (set ASCEND_SHIM_DEBUG=1 for the traceback)
+"""
 
 import argparse
-import importlib
-import json
+import os
 import sys
 
-
-def _print_json(data):
-    print(json.dumps(data, indent=2, sort_keys=True, default=str))
+OK, PROBLEM, USAGE, NO_NPU, INTERNAL = 0, 1, 2, 3, 4
 
 
-def _table(rows, columns):
-    widths = [max(len(c), *(len(str(r.get(c, "") if r.get(c) is not None else "-")) for r in rows))
-              for c in columns] if rows else [len(c) for c in columns]
-    lines = ["  ".join(c.ljust(w) for c, w in zip(columns, widths))]
-    lines.append("  ".join("-" * w for w in widths))
-    for row in rows:
-        cells = []
-        for column, width in zip(columns, widths):
-            value = row.get(column)
-            cells.append(("-" if value is None else str(value)).ljust(width))
-        lines.append("  ".join(cells).rstrip())
-    return "\n".join(lines)
+def positive_int(text):
+    return _bounded_int(text, 1, "a whole number >= 1")
+
+
+def non_negative_int(text):
+    return _bounded_int(text, 0, "a whole number >= 0")
+
+
+def _bounded_int(text, low, wanted):
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError("%r is not %s" % (text, wanted)) from None
+    if value < low:
+        raise argparse.ArgumentTypeError("%r is not %s" % (text, wanted))
+    return value
+
+
+def token_counts(text):
+    """``"8352,256"`` -> [8352, 256]; every entry a whole number >= 1."""
+    parts = [p.strip() for p in text.split(",")]
+    if not parts or any(not p for p in parts):
+        raise argparse.ArgumentTypeError("%r: give comma-separated whole numbers, e.g. 8352,256" % text)
+    return [_bounded_int(p, 1, "a token count >= 1") for p in parts]
 
 
 def cmd_status(options):
-    import ascend_shim
+    from ascend_shim import status_cmd
 
-    # activate here too when the .pth did not (python -S, --target installs)
-    ascend_shim.init()
-    for name in options.imports:
-        try:
-            importlib.import_module(name)
-        except Exception as exc:
-            print("could not import %s: %s: %s" % (name, type(exc).__name__, exc), file=sys.stderr)
-    data = ascend_shim.status()
-    if options.json:
-        _print_json(data)
-        return 0
-    shim = data["shim"]
-    print("ascend_shim %s  enabled=%s  import hook=%s  engine started=%s" % (
-        ascend_shim.__version__, shim["config"]["enabled"], shim["finder_installed"],
-        shim["engine_started"]))
-    rows = [dict(r, late="yes" if r["late"] else "", in_place={True: "yes", False: "NO", None: ""}[r["in_place"]])
-            for r in data["patches"]]
-    print(_table(rows, ["name", "target", "state", "late", "in_place", "version", "reason"]))
-    int8 = data["int8"]
-    print("\nINT8 (comfy-kitchen): %s" % int8.get("decision"))
-    if int8.get("priority") is not None:
-        print("  priority: %s" % ", ".join(int8["priority"]))
-        calls = int8["calls"]
-        print("  calls: NPU INT8 %d, on-device fallback %d, INT8 errors %d" % (
-            calls["npu_quant"], calls["fallback"], calls["quant_errors"]))
-        for param, entry in sorted(calls["declined"].items()):
-            print("  declined on %s: %d (last: %s)" % (param, entry["count"], entry["last_reason"]))
-    fallbacks = data["cpu_fallbacks"]
-    print("\nCPU fallbacks seen: %s" % (", ".join(fallbacks) if fallbacks else "none"))
-    return 0
+    return status_cmd.main(options)
 
 
 def cmd_doctor(options):
@@ -78,34 +69,75 @@ def cmd_bench(options):
 
 
 def build_parser():
-    parser = argparse.ArgumentParser(prog="python -m ascend_shim",
-                                     description="ComfyUI on Ascend NPUs: status and diagnostics")
+    parser = argparse.ArgumentParser(
+        prog="python -m ascend_shim",
+        description="ComfyUI on Ascend NPUs: status and diagnostics",
+        epilog="exit status: 0 ok, 1 problem found / check failed, 2 bad command line, "
+               "3 no NPU for a command that needs one, 4 internal error")
     sub = parser.add_subparsers(dest="command")
-    status = sub.add_parser("status", help="what is patched in this interpreter")
-    status.add_argument("--json", action="store_true")
+    status = sub.add_parser("status", help="is the shim installed, and what does it patch here")
+    status.add_argument("--json", action="store_true", help="everything, machine-readable")
+    status.add_argument("--verbose", "-v", action="store_true", help="full reasons, versions, summaries")
     status.add_argument("--import", dest="imports", action="append", default=[], metavar="MODULE",
-                        help="import MODULE first (e.g. comfy.model_management), repeatable")
+                        help="import MODULE first (e.g. comfy.model_management, inside the ComfyUI "
+                             "folder), repeatable; exit 1 when it fails")
     status.set_defaults(func=cmd_status)
-    doctor = sub.add_parser("doctor", help="what is installed and what is wrong")
+    doctor = sub.add_parser("doctor", help="what is installed and what is wrong (exit 1 on a problem)")
     doctor.add_argument("--json", action="store_true")
-    doctor.add_argument("--comfyui", metavar="DIR", help="the ComfyUI checkout to inspect")
+    doctor.add_argument("--comfyui", metavar="DIR", help="the ComfyUI folder to inspect (default: the current one)")
     doctor.set_defaults(func=cmd_doctor)
     selftest = sub.add_parser("selftest", help="check the INT8 path on the NPU")
     selftest.add_argument("--json", action="store_true")
     selftest.set_defaults(func=cmd_selftest)
     bench = sub.add_parser("bench", help="per-layer latency: bf16 linear vs the INT8 path")
     bench.add_argument("--json", action="store_true")
-    bench.add_argument("--repeat", type=int, default=20)
-    bench.add_argument("--warmup", type=int, default=3)
-    bench.add_argument("--m", default="8352,256", help="comma-separated token counts (default 8352,256)")
+    bench.add_argument("--repeat", type=positive_int, default=20, help="timed runs per layer (default 20)")
+    bench.add_argument("--warmup", type=non_negative_int, default=3,
+                       help="untimed runs before timing (default 3)")
+    bench.add_argument("--m", type=token_counts, default=[8352, 256], metavar="M[,M...]",
+                       help="comma-separated token counts (default 8352,256)")
     bench.set_defaults(func=cmd_bench)
     return parser
 
 
+def _say(text):
+    if sys.stderr is not None:
+        try:
+            sys.stderr.write(text + "\n")
+        except Exception:
+            pass
+
+
+def _quiet_broken_pipe():
+    """The reader went away (``| head``): stop quietly, as other CLI tools do."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except Exception:
+        pass
+
+
 def main(argv=None):
     parser = build_parser()
-    options = parser.parse_args(argv)
+    options = parser.parse_args(argv)  # exits 2 with a usage message on bad input
     if not getattr(options, "func", None):
         parser.print_help()
-        return 2
-    return options.func(options)
+        return USAGE
+    try:
+        code = options.func(options)
+        sys.stdout.flush()
+        return code
+    except BrokenPipeError:
+        _quiet_broken_pipe()
+        return OK
+    except KeyboardInterrupt:
+        _say("interrupted")
+        return 130
+    except Exception as exc:
+        if os.environ.get("ASCEND_SHIM_DEBUG", "").strip() not in ("", "0"):
+            import traceback
+
+            traceback.print_exc()
+        _say("ascend_shim %s failed: %s: %s (this is a bug in the shim; ASCEND_SHIM_DEBUG=1 shows "
+             "the traceback)" % (options.command, type(exc).__name__, exc))
+        return INTERNAL

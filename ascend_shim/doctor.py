@@ -5,13 +5,11 @@ fix; the exit status is 1 when something would stop ComfyUI from running on
 the NPU, else 0.
 """
 
-import glob
 import importlib.util
 import json
 import os
 import platform
 import re
-import site
 import sys
 
 ENV_VARS = (
@@ -150,57 +148,90 @@ def _version_from_file(path):
         return None
 
 
-def _comfyui(report, directory):
-    candidates = [directory] if directory else [os.getcwd()]
-    for folder in candidates:
-        version_file = os.path.join(folder, "comfyui_version.py")
-        if os.path.isfile(os.path.join(folder, "comfy", "model_management.py")):
-            report["comfyui"] = {"path": os.path.abspath(folder),
-                                 "version": _version_from_file(version_file) if os.path.exists(version_file) else None}
-            return
-    report["comfyui"] = None
+def _comfyui(report, findings, directory):
+    folder = os.path.abspath(directory or os.getcwd())
+    source = os.path.join(folder, "comfy", "model_management.py")
+    if not os.path.isfile(source):
+        report["comfyui"] = None
+        if directory:
+            findings.add(WARNING, "no ComfyUI in %s (it has no comfy/model_management.py)" % folder,
+                         "give --comfyui the folder that holds ComfyUI's main.py and comfy/")
+        return
+    version_file = os.path.join(folder, "comfyui_version.py")
+    with open(source, encoding="utf-8", errors="replace") as handle:
+        supports_ascend = "def is_ascend_npu" in handle.read()
+    report["comfyui"] = {"path": folder, "supports_ascend": supports_ascend,
+                         "version": _version_from_file(version_file) if os.path.exists(version_file) else None}
+    if not supports_ascend and report["npu"]["available"]:
+        findings.add(PROBLEM, "ComfyUI %s in %s predates Ascend support (v0.3.11): it cannot run on this "
+                     "NPU, and the shim leaves it alone" % (report["comfyui"]["version"] or "", folder),
+                     "upgrade ComfyUI to v0.3.11 or newer (e.g. git pull in %s)" % folder)
 
 
 def _shim(report, findings, torch_npu_ok):
     import ascend_shim
-    from ascend_shim import _config
+    from ascend_shim import _config, activation
 
-    folders = site.getsitepackages() + [site.getusersitepackages()]
-    pth = [p for folder in folders for p in glob.glob(os.path.join(folder, "ascend_shim.pth"))]
-    active = ascend_shim.finder_installed()
+    startup = activation.at_startup()
     config = _config.get()
-    report["shim"] = {"version": ascend_shim.__version__, "pth": pth, "active": active,
+    report["shim"] = {"version": ascend_shim.__version__, "pth": startup["pth"], "active": startup["active"],
+                      "how": startup["how"], "why_not": startup["why_not"],
                       "enabled": config.enabled, "config": config.as_dict(),
                       "location": os.path.dirname(os.path.abspath(ascend_shim.__file__))}
-    if torch_npu_ok and not active:
-        if not config.enabled:
-            findings.add(PROBLEM, "the shim is switched off (ASCEND_SHIM=%s)" % os.environ.get("ASCEND_SHIM"),
-                         "unset ASCEND_SHIM")
-        elif not pth:
-            findings.add(PROBLEM, "ascend_shim.pth is not in this interpreter's site-packages",
-                         "pip install the shim with this python, or start with PYTHONPATH=<shim checkout>")
-        else:
-            findings.add(PROBLEM, "ascend_shim.pth is installed but did not run (python -S?)",
-                         "start python without -S")
+    if torch_npu_ok and not startup["active"]:
+        findings.add(PROBLEM, "the shim is not active: %s" % startup["why_not"], activation_fix(startup))
+
+
+def activation_fix(startup):
+    """The one thing to do so that the shim activates in this interpreter."""
+    if startup["switched_off"] is not None:
+        return "unset ASCEND_SHIM (it is %r)" % startup["switched_off"]
+    if startup["pth"]:
+        return "start python without -S"
+    return ("pip install the shim with this python, or start ComfyUI with PYTHONPATH=<shim checkout "
+            "root> (the folder holding sitecustomize.py, not ascend_shim/)")
+
+
+def _alloc_conf(report):
+    """What PYTORCH_NPU_ALLOC_CONF will really be for ComfyUI on this machine."""
+    own = os.environ.get("PYTORCH_NPU_ALLOC_CONF")
+    torch_npu = report["torch_npu"]
+    if not torch_npu.get("installed"):
+        state = "not relevant: torch_npu is not installed"
+    elif torch_npu.get("imports") is False:
+        state = "no effect: torch_npu does not import, nothing reads it"
+    elif own is not None:
+        state = "yours: %s" % own
+    elif os.environ.get("PYTORCH_ALLOC_CONF"):
+        state = "left unset: PYTORCH_ALLOC_CONF is set"
+    elif report["shim"]["active"] and "alloc_conf" not in report["shim"]["config"].get("disabled", ()):
+        state = "expandable_segments:True, set by the shim when ComfyUI starts"
+    else:
+        state = "unset (torch_npu's default)"
+    report["alloc_conf"] = state
 
 
 def _environment(report, findings, torch_info):
+    from ascend_shim import activation
+
     env = {name: os.environ.get(name) for name in ENV_VARS}
     report["environment"] = env
     if env["PYTORCH_NPU_ALLOC_CONF"] and env["PYTORCH_ALLOC_CONF"]:
         findings.add(PROBLEM, "PYTORCH_NPU_ALLOC_CONF and PYTORCH_ALLOC_CONF are both set: torch_npu refuses this",
                      "keep only PYTORCH_NPU_ALLOC_CONF")
-    if env["PYTORCH_CUDA_ALLOC_CONF"] and "cudaMallocAsync" in env["PYTORCH_CUDA_ALLOC_CONF"]:
+    if report["npu"]["available"] and env["PYTORCH_CUDA_ALLOC_CONF"] and \
+            "cudaMallocAsync" in env["PYTORCH_CUDA_ALLOC_CONF"]:
         findings.add(WARNING, "PYTORCH_CUDA_ALLOC_CONF asks for cudaMallocAsync (ComfyUI sets it for +cu torch)",
                      "start ComfyUI with --disable-cuda-malloc on the NPU")
-    if torch_info and torch_info.get("cuda_build") and report["npu"]["available"]:
+    old_comfyui = report["comfyui"] and not report["comfyui"]["supports_ascend"]
+    if torch_info and torch_info.get("cuda_build") and report["npu"]["available"] and not old_comfyui:
         if report["shim"]["active"]:
             findings.add(INFO, "torch %s is a CUDA build: ComfyUI's is_nvidia() says True on the NPU; "
                          "the shim's is_nvidia patch corrects it" % torch_info["version"])
         else:
             findings.add(PROBLEM, "torch %s is a CUDA build on an NPU machine: ComfyUI takes it for NVIDIA "
                          "and model loading dies with 'Found no NVIDIA driver'" % torch_info["version"],
-                         "activate ascend_shim in this venv (pip install it; leave ASCEND_SHIM unset)")
+                         activation_fix(activation.at_startup()))
 
 
 def collect(comfyui_dir=None):
@@ -214,8 +245,9 @@ def collect(comfyui_dir=None):
         report.setdefault("npu", {"available": False, "count": 0, "name": None})
     report.setdefault("cann", None)
     _kitchen(report, findings)
-    _comfyui(report, comfyui_dir)
+    _comfyui(report, findings, comfyui_dir)
     _shim(report, findings, torch_npu is not None and report["npu"]["available"])
+    _alloc_conf(report)
     _environment(report, findings, report.get("torch"))
     report["findings"] = findings
     report["ok"] = not any(f["severity"] == PROBLEM for f in findings)
@@ -237,10 +269,9 @@ def _print(report):
         "kitchen     %s" % ((report["comfy_kitchen"].get("version") or "?") +
                             (" (upstream ascend backend)" if report["comfy_kitchen"].get("upstream_ascend_backend") else "")
                             if report["comfy_kitchen"]["installed"] else "not installed"),
-        "ComfyUI     %s" % (("%s at %s" % (report["comfyui"]["version"], report["comfyui"]["path"]))
-                            if report["comfyui"] else "not found (run in the ComfyUI folder or pass --comfyui DIR)"),
-        "shim        %s, %s, .pth %s" % (report["shim"]["version"], "active" if report["shim"]["active"] else "NOT active",
-                                         ", ".join(report["shim"]["pth"]) or "not found"),
+        "ComfyUI     %s" % _comfyui_line(report["comfyui"]),
+        "shim        %s, %s" % (report["shim"]["version"], _shim_line(report["shim"])),
+        "NPU memory  PYTORCH_NPU_ALLOC_CONF: %s" % report["alloc_conf"],
     ]
     print("\n".join(lines))
     set_vars = {k: v for k, v in report["environment"].items() if v is not None}
@@ -250,8 +281,29 @@ def _print(report):
         print("[%s] %s" % (finding["severity"], finding["what"]))
         if finding["fix"]:
             print("    fix: %s" % finding["fix"])
-    print("\n%s" % ("OK: nothing stops ComfyUI from running on the NPU" if report["ok"]
-                    else "PROBLEMS found: ComfyUI will not run properly on the NPU"))
+    print("\n%s" % verdict(report))
+
+
+def verdict(report):
+    npu = report["npu"]["available"] or report["torch_npu"].get("installed")
+    if report["ok"]:
+        return ("OK: nothing stops ComfyUI from running on the NPU" if npu
+                else "OK: no Ascend NPU here, so the shim stays inert; nothing to fix")
+    return ("PROBLEMS found: ComfyUI will not run properly on the NPU" if npu
+            else "PROBLEMS found: see the fixes above")
+
+
+def _comfyui_line(comfyui):
+    if comfyui is None:
+        return "not found here (run doctor in the ComfyUI folder, or pass --comfyui DIR)"
+    support = "" if comfyui["supports_ascend"] else ", predates Ascend support"
+    return "%s at %s%s" % (comfyui["version"] or "version unknown", comfyui["path"], support)
+
+
+def _shim_line(shim):
+    if shim["active"]:
+        return "active (%s)" % shim["how"]
+    return "NOT active: %s" % shim["why_not"]
 
 
 def main(options):

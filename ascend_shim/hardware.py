@@ -1,0 +1,62 @@
+"""Which machine the shim sees: an Ascend NPU, or nothing it would act on.
+
+``see()`` never raises. Without an importable torch it decides from what is
+installed, without importing torch_npu (which needs torch).
+"""
+
+import importlib.util
+
+INERT = "the shim will stay inert"
+
+
+def _installed(name):
+    try:
+        return importlib.util.find_spec(name) is not None
+    except Exception:
+        return False
+
+
+def _first_line(exc):
+    text = str(exc).strip().splitlines()
+    return "%s: %s" % (type(exc).__name__, text[0] if text else "")
+
+
+def see():
+    """{"npu", "count", "name", "torch", "torch_npu", "summary"} for this interpreter."""
+    seen = {"npu": False, "count": 0, "name": None, "torch": None, "torch_npu": None}
+    if not _installed("torch"):
+        seen["torch"] = "not installed"
+        seen["torch_npu"] = "installed" if _installed("torch_npu") else "not installed"
+        seen["summary"] = "no NPU: torch is not installed in this interpreter, %s" % INERT
+        return seen
+    try:
+        import torch
+    except Exception as exc:
+        seen["torch"] = "does not import (%s)" % _first_line(exc)
+        seen["summary"] = "no NPU: import torch fails (%s), %s" % (_first_line(exc), INERT)
+        return seen
+    seen["torch"] = getattr(torch, "__version__", "?")
+    if not _installed("torch_npu"):
+        seen["torch_npu"] = "not installed"
+        seen["summary"] = "no NPU: torch_npu is not installed, %s" % INERT
+        return seen
+    try:
+        import torch_npu  # noqa: F401  (registers torch.npu)
+    except Exception as exc:
+        seen["torch_npu"] = "does not import (%s)" % _first_line(exc)
+        seen["summary"] = "no NPU: torch_npu does not import (%s), %s" % (_first_line(exc), INERT)
+        return seen
+    seen["torch_npu"] = getattr(torch_npu, "__version__", "?")
+    try:
+        npu = torch.npu
+        count = int(npu.device_count()) if npu.is_available() else 0
+        name = npu.get_device_name(0) if count else None
+    except Exception as exc:
+        seen["summary"] = "no NPU: torch.npu fails (%s), %s" % (_first_line(exc), INERT)
+        return seen
+    if not count:
+        seen["summary"] = "no NPU: torch_npu imports but sees no device, %s" % INERT
+        return seen
+    seen.update(npu=True, count=count, name=name)
+    seen["summary"] = "%d x %s (torch %s, torch_npu %s)" % (count, name, seen["torch"], seen["torch_npu"])
+    return seen

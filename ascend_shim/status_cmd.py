@@ -1,0 +1,232 @@
+"""``python -m ascend_shim status``: is the shim installed, and will it act here?
+
+Without ``--import`` it answers from the startup state and the machine;
+with ``--import MODULE`` it imports MODULE under the shim (plus the sibling
+modules pending patches wait for: ComfyUI imports them at start too) and
+shows what each patch did.
+
+Exit status: 0, or 1 when a module given to ``--import`` (or one it pulled
+in for the patches) fails to import.
+"""
+
+import importlib
+import json
+import sys
+
+WIDTH = 100
+COLUMNS = ("name", "target", "state", "detail")
+NEXT_IMPORT = "python -m ascend_shim status --import comfy.model_management"
+
+
+def _import(name):
+    """None when ``name`` imports, else the error in one line."""
+    try:
+        importlib.import_module(name)
+    except BaseException as exc:  # SystemExit from a module's argparse counts too
+        if isinstance(exc, KeyboardInterrupt):
+            raise
+        return "%s: %s" % (type(exc).__name__, str(exc).strip().splitlines()[0] if str(exc).strip() else "")
+    return None
+
+
+def _patch_modules():
+    """{patch name: modules it waits for}; empty when the patch list cannot load."""
+    try:
+        from ascend_shim.patches import PATCHES
+    except Exception:
+        return {}
+    return {p.name: tuple(p.modules) for p in PATCHES}
+
+
+def waiting_for(row, modules):
+    """The modules a pending patch still waits for (its target when unknown)."""
+    if row.get("state") != "pending":
+        return []
+    needed = modules.get(row["name"], (row["target"],))
+    return [m for m in needed if m not in sys.modules] or list(needed[:1])
+
+
+def follow_up(imported, rows, modules):
+    """Modules under the roots of ``imported`` that pending patches still wait for."""
+    roots = {name.partition(".")[0] for name in imported}
+    wanted = []
+    for row in rows:
+        for name in waiting_for(row, modules):
+            if name.partition(".")[0] in roots and name not in sys.modules and name not in wanted:
+                wanted.append(name)
+    return wanted
+
+
+def import_all(names, modules, status):
+    """Import what was asked, then what the pending patches need; report each."""
+    report = {"asked": {}, "followed": {}}
+    for name in names:
+        report["asked"][name] = _import(name)
+    done = [n for n, error in report["asked"].items() if error is None]
+    for name in follow_up(done, status()["patches"], modules):
+        error = _import(name)
+        if error and error.startswith("ModuleNotFoundError") and "'%s'" % name in error:
+            error = "not in this version"
+        report["followed"][name] = error
+    return report
+
+
+def _failed(imports):
+    return [(n, e) for part in ("asked", "followed") for n, e in imports[part].items()
+            if e is not None and e != "not in this version"]
+
+
+def _detail(row, modules, alloc_note):
+    if row["state"] == "pending":
+        return "waiting for %s to be imported" % ", ".join(waiting_for(row, modules))
+    reason = row.get("reason") or ""
+    if row["name"] == "alloc_conf" and row["state"] == "applied" and alloc_note:
+        return "%s, but no effect: %s" % (reason, alloc_note)
+    return reason
+
+
+def _fit(text, width):
+    return text if len(text) <= width else text[:max(width - 3, 0)] + "..."
+
+
+def table(rows):
+    widths = [max([len(c)] + [len(str(r[c])) for r in rows]) for c in COLUMNS[:-1]]
+    detail_width = WIDTH - sum(widths) - 2 * len(widths)
+    lines = ["  ".join(c.ljust(w) for c, w in zip(COLUMNS, widths + [0])).rstrip()]
+    for row in rows:
+        cells = [str(row[c]).ljust(w) for c, w in zip(COLUMNS, widths)]
+        lines.append(("  ".join(cells) + "  " + _fit(row["detail"], detail_width)).rstrip())
+    return "\n".join(line[:WIDTH] for line in lines)
+
+
+def _alloc_note(machine):
+    torch_npu = machine.get("torch_npu") or ""
+    if torch_npu.startswith("does not import"):
+        return "torch_npu " + torch_npu
+    return None
+
+
+def collect(imports_asked):
+    """Everything ``status`` shows, as one JSON-ready dict."""
+    import ascend_shim
+    from ascend_shim import activation, hardware
+
+    startup = activation.at_startup()
+    # activate for this process's own imports where startup did not (python -S,
+    # --target installs); the headline still reports the startup state
+    ascend_shim.init()
+    modules = _patch_modules()
+    imports = import_all(imports_asked, modules, lambda: _engine_status(ascend_shim))
+    data = _engine_status(ascend_shim)
+    machine = hardware.see()
+    note = _alloc_note(machine)
+    for row in data["patches"]:
+        row["waiting_for"] = waiting_for(row, modules)
+        row["detail"] = _detail(row, modules, note)
+    data.update(startup=startup, machine=machine, imports=imports)
+    return data
+
+
+def _engine_status(ascend_shim):
+    """The engine's status; an engine that cannot report still leaves a status."""
+    try:
+        return ascend_shim.status()
+    except Exception as exc:
+        return {"shim": {"status_error": "%s: %s" % (type(exc).__name__, exc)}, "patches": [],
+                "int8": {"decision": "unknown"}, "cpu_fallbacks": []}
+
+
+def headline(data):
+    startup, machine = data["startup"], data["machine"]
+    lines = ["ascend_shim %s" % _version()]
+    if startup["active"]:
+        lines.append("  import hook  installed at startup (%s)" % startup["how"])
+    else:
+        lines.append("  import hook  NOT installed at startup: %s" % startup["why_not"])
+    lines.append("  machine      %s" % machine["summary"])
+    shim = data.get("shim", {})
+    if shim.get("status_error"):
+        lines.append("  engine       cannot report its patches: %s" % shim["status_error"])
+    if shim.get("start_error"):
+        lines.append("  engine       failed to start: %s" % shim["start_error"])
+    if shim.get("unknown_disable_names"):
+        lines.append("  ASCEND_SHIM_DISABLE names unknown patches: %s"
+                     % ", ".join(shim["unknown_disable_names"]))
+    return lines
+
+
+def next_step(data):
+    startup, machine, imports = data["startup"], data["machine"], data["imports"]
+    if not startup["active"]:
+        if startup["switched_off"] is not None:
+            return "unset ASCEND_SHIM to switch the shim back on"
+        return ("install the shim with this python (python -m pip install <checkout>), or start "
+                "ComfyUI with PYTHONPATH=<checkout root>; then run `python -m ascend_shim doctor`")
+    if not machine["npu"]:
+        return ("nothing to do on this machine; `python -m ascend_shim doctor` shows the details")
+    if not imports["asked"]:
+        return ("inside the ComfyUI folder run `%s` to see what the shim does to it, "
+                "or `python -m ascend_shim doctor`" % NEXT_IMPORT)
+    if _failed(imports):
+        return "fix the import error above (`python -m ascend_shim doctor` checks the setup)"
+    return "start ComfyUI as usual; `python -m ascend_shim selftest` checks INT8 on the NPU"
+
+
+def _version():
+    import ascend_shim
+
+    return getattr(ascend_shim, "__version__", "?")
+
+
+def render(data, verbose):
+    out = headline(data)
+    imports = data["imports"]
+    for name, error in imports["asked"].items():
+        out.append("  imported     %s%s" % (name, "" if error is None else "  FAILED: %s" % error))
+    for name, error in imports["followed"].items():
+        out.append("  also         %s (a patch waits for it)%s" % (name, "" if error is None else ": %s" % error))
+    out.append("")
+    rows = data["patches"]
+    if verbose:
+        for row in rows:
+            out.append("%s on %s: %s%s" % (row["name"], row["target"], row["state"],
+                                          " (late)" if row.get("late") else ""))
+            out.append("    %s" % row.get("summary", ""))
+            if row["detail"]:
+                out.append("    %s" % row["detail"])
+            extra = ["%s=%s" % (k, row[k]) for k in ("in_place", "version") if row.get(k) is not None]
+            if extra:
+                out.append("    " + ", ".join(extra))
+    else:
+        out.append(table(rows))
+    out.extend(_int8_lines(data.get("int8") or {}))
+    fallbacks = data.get("cpu_fallbacks") or []
+    out.append("CPU fallbacks seen: %s" % (", ".join(fallbacks) if fallbacks else "none"))
+    out.append("")
+    out.append("next: %s" % next_step(data))
+    return "\n".join(out)
+
+
+def _int8_lines(int8):
+    lines = ["", "INT8 (comfy-kitchen): %s" % int8.get("decision")]
+    if int8.get("priority") is not None:
+        lines.append("  priority: %s" % ", ".join(int8["priority"]))
+        calls = int8.get("calls") or {}
+        lines.append("  calls: NPU INT8 %s, on-device fallback %s, INT8 errors %s" % (
+            calls.get("npu_quant", 0), calls.get("fallback", 0), calls.get("quant_errors", 0)))
+        for param, entry in sorted((calls.get("declined") or {}).items()):
+            lines.append("  declined on %s: %d (last: %s)" % (param, entry["count"], entry["last_reason"]))
+    return lines
+
+
+def main(options):
+    data = collect(options.imports)
+    if options.json:
+        print(json.dumps(data, indent=2, sort_keys=True, default=str))
+    else:
+        print(render(data, options.verbose))
+    failed = _failed(data["imports"])
+    if sys.stderr is not None:
+        for name, error in failed:
+            sys.stderr.write("could not import %s: %s\n" % (name, error))
+    return 1 if failed else 0
