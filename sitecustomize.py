@@ -10,13 +10,22 @@ import os
 import sys
 
 
+def _say(text):
+    stream = sys.stderr  # a daemon may have none
+    if stream is not None:
+        try:
+            stream.write("ascend_shim: %s\n" % text)
+        except Exception:
+            pass
+
+
 def _activate():
     try:
         import ascend_shim
 
         ascend_shim.init()
     except Exception as exc:  # never stop the interpreter from starting
-        sys.stderr.write("ascend_shim: not activated: %r\n" % (exc,))
+        _say("not activated: %r" % (exc,))
 
 
 def _chain_next():
@@ -40,4 +49,4 @@ _activate()
 try:
     _chain_next()
 except Exception as exc:
-    sys.stderr.write("ascend_shim: the next sitecustomize failed: %r\n" % (exc,))
+    _say("the next sitecustomize failed: %r" % (exc,))

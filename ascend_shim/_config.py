@@ -23,8 +23,25 @@ CHOICES = {
 _cached = None
 
 
+SHOWN_CHARS = 80  # of a variable's value echoed in a warning
+
+
+def shorten(text, limit=SHOWN_CHARS):
+    """``text``, cut to ``limit`` characters with the full length said."""
+    text = str(text)
+    if len(text) <= limit:
+        return text
+    return "%s... (%d characters)" % (text[:limit], len(text))
+
+
 def _warn(text):
-    sys.stderr.write("ascend_shim: warning: %s\n" % text)
+    stream = sys.stderr  # a daemon may have none: then the warning is dropped
+    if stream is None:
+        return
+    try:
+        stream.write("ascend_shim: warning: %s\n" % text)
+    except Exception:
+        pass
 
 
 def _flag(env, name, default):
@@ -37,8 +54,8 @@ def _flag(env, name, default):
     if value in _FALSE:
         return False
     _warn(
-        "%s=%r is not recognised; accepted: %s (on) or %s (off); using the default (%s)"
-        % (name, raw, "/".join(_TRUE), "/".join(_FALSE), "on" if default else "off")
+        "%s=%s is not recognised; accepted: %s (on) or %s (off); using the default (%s)"
+        % (name, shorten(repr(raw)), "/".join(_TRUE), "/".join(_FALSE), "on" if default else "off")
     )
     return default
 
@@ -52,15 +69,16 @@ def _choice(env, name):
     if value in accepted:
         return value
     _warn(
-        "%s=%r is not recognised; accepted: %s; using the default (%s)"
-        % (name, raw, ", ".join(accepted), default)
+        "%s=%s is not recognised; accepted: %s; using the default (%s)"
+        % (name, shorten(repr(raw)), ", ".join(accepted), default)
     )
     return default
 
 
 def _names(env, name):
     raw = env.get(name, "")
-    return frozenset(part.strip() for part in raw.split(",") if part.strip())
+    # patch names are lower case; the user's spelling need not be
+    return frozenset(part.strip().lower() for part in raw.split(",") if part.strip())
 
 
 class Config:

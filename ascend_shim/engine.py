@@ -1,264 +1,272 @@
-"""The patch engine: declarative patch units applied by post-import hooks.
+"""The patch engine: runs the declared patches as their modules are delivered.
 
-Imported only when ComfyUI or comfy-kitchen is first imported (or by the
-CLI). Each patch lives in its own module under ``ascend_shim.patches`` and
-declares a ``Patch``: the module it patches, the modules that must have run
-before its guard can decide, a guard, and an ``apply`` that records every
-change through a ``Changes`` object so removal restores the originals
-exactly. Nothing here ever raises into the user's import unless
-``ASCEND_SHIM_STRICT=1``.
+Started by ``ascend_shim._hook`` on the first delivered module (or by the
+CLI). Each patch module under ``ascend_shim.patches`` declares a ``Patch``
+(``ascend_shim.patching``): its target, the modules that must have executed
+before its guard can decide, the patches it comes ``after``, a guard and an
+``apply`` that records every change so removal restores what is still the
+shim's. Decisions are per module object: a target executed again (a fresh
+module after ``del sys.modules[...]``, or ``importlib.reload``) is decided
+again, so it is patched again. Nothing here raises into the user's import
+unless ``ASCEND_SHIM_STRICT=1``.
 """
+
+from __future__ import annotations
 
 import logging
 import sys
 import threading
+from typing import Any, Optional
 
-from ascend_shim import _config
-from ascend_shim.patching import (  # noqa: F401  (re-exported for status readers)
-    APPLIED, APPLYING, DISABLED, FAILED, PENDING, REMOVED, SKIPPED, Changes, Patch,
-)
+from ascend_shim import _config, _records
+from ascend_shim.patching import APPLIED, APPLYING, DISABLED, FAILED, PENDING, REMOVED, SKIPPED, Changes
 
 log = logging.getLogger("ascend_shim")
 
-class _Record:
-    __slots__ = ("patch", "state", "reason", "late", "changes")
-
-    def __init__(self, patch):
-        self.patch = patch
-        self.state = PENDING
-        self.reason = ""
-        self.late = False
-        self.changes = None
-
-
 _lock = threading.RLock()
-_records = {}          # patch name -> _Record
-_hooked = set()        # module names whose post-import hook has fired
-_present_at_start = set()
-_started = False
+_modules: dict = {}   # delivered module name -> the module object last executed
+_late: set = set()    # names delivered as already imported before the hook
+_state = {"started": False, "error": None}
+WRAPT_FIX = "pip install 'wrapt>=1.14' into this venv"
 
 
-def all_patches():
-    from ascend_shim.patches import PATCHES
-
-    return PATCHES
-
-
-def _ensure_records():
-    if not _records:
-        for patch in all_patches():
-            _records[patch.name] = _Record(patch)
-    return _records
-
-
-def start(fresh=()):
-    """Watch every module a patch needs (called once, by the import hook).
-
-    ``fresh`` names modules imported just now, not before the shim (a
-    namespace trigger package): they are patched at once but not "late".
-    """
-    global _started
+def start() -> None:
+    """Create the records and check what applying needs (called once)."""
     with _lock:
-        if _started:
+        if _state["started"]:
             return
-        _started = True
         config = _config.get()
         if config.debug:
             _enable_debug_logging()
-        records = _ensure_records()
-        _warn_unknown_disable_names(config, records)
-        modules = []
-        for record in records.values():
-            for name in record.patch.modules:
-                if name not in modules:
-                    modules.append(name)
-        import ascend_shim
+        records = _all_records()
+        unknown = unknown_disable_names(config)
+        if unknown:
+            log.warning("ASCEND_SHIM_DISABLE names unknown patches %s; known: %s, or * for all",
+                        _config.shorten(", ".join(unknown)), ", ".join(sorted(records)))
+        try:
+            import wrapt  # noqa: F401  (every wrap needs it)
+        except Exception as exc:
+            _state["error"] = "wrapt is not importable (%s: %s); fix: %s" % (
+                type(exc).__name__, exc, WRAPT_FIX)
+            log.warning("nothing is patched: %s", _state["error"])
+        _state["started"] = True
 
-        present = ascend_shim.watch(modules, _on_import)
-        _present_at_start.update(name for name in present if name not in fresh)
-    for name in present:
-        _on_import(sys.modules[name])
+
+def _all_records() -> dict:
+    records = _records.records()
+    if not records:
+        from ascend_shim.patches import PATCHES
+
+        records = _records.create(PATCHES)
+    return records
 
 
-def _enable_debug_logging():
-    if not any(getattr(h, "_ascend_shim", False) for h in log.handlers):
-        handler = logging.StreamHandler(sys.stderr)
-        handler.setFormatter(logging.Formatter("ascend_shim: %(message)s"))
-        handler._ascend_shim = True
+def started() -> bool:
+    return _state["started"]
+
+
+def error() -> Optional[str]:
+    """Why the engine cannot patch anything, or None."""
+    return _state["error"]
+
+
+def unknown_disable_names(config=None) -> list:
+    config = config or _config.get()
+    known = set(_records.records())
+    return sorted(n for n in config.disabled if n != "*" and n not in known)
+
+
+class _DebugHandler(logging.Handler):
+    """stderr for ASCEND_SHIM_DEBUG, minus records the app's root logger shows."""
+
+    def emit(self, record):
+        if any(h.level <= record.levelno for h in logging.getLogger().handlers):
+            return  # the application's own logging prints this one already
+        from ascend_shim import _hook
+
+        _hook.write(self.format(record))
+
+
+def _enable_debug_logging() -> None:
+    if not any(isinstance(h, _DebugHandler) for h in log.handlers):
+        handler = _DebugHandler()
+        handler.setFormatter(logging.Formatter("%(message)s"))
         log.addHandler(handler)
     log.setLevel(logging.DEBUG)
 
 
-def _warn_unknown_disable_names(config, records):
-    unknown = sorted(n for n in config.disabled if n != "*" and n not in records)
-    if unknown:
-        log.warning(
-            "ASCEND_SHIM_DISABLE names unknown patches %s; known: %s, or * for all",
-            ", ".join(unknown), ", ".join(sorted(records)),
-        )
-
-
-def _on_import(module):
-    """Post-import hook: apply every patch whose modules have now all run."""
+def on_import(module: Any, late: bool = False) -> None:
+    """A watched module has executed: decide every patch that now can."""
+    start()
     name = module.__name__
     log.debug("imported %s", name)
     with _lock:
-        _hooked.add(name)
+        again = name in _modules
+        _modules[name] = module
+        if late:
+            _late.add(name)
+        if again:  # executed anew: its patches are decided again, on this object
+            for record in _all_records().values():
+                if record.patch.target == name and record.state != APPLYING:
+                    record.reopen()
     _apply_ready()
 
 
-def _ready(record):
-    if record.state != PENDING or not all(m in _hooked for m in record.patch.modules):
+def _ready(record) -> bool:
+    if record.state != PENDING or not all(m in _modules for m in record.patch.modules):
         return False
-    return all(_records[n].state not in (PENDING, APPLYING) for n in record.patch.after
-               if n in _records)
+    records = _all_records()
+    return all(records[n].state not in (PENDING, APPLYING) for n in record.patch.after if n in records)
 
 
-def _apply_ready():
+def _apply_ready() -> None:
     """Apply, in declaration order, every pending patch that can now decide."""
     while True:
         with _lock:
-            ready = [r for r in _records.values() if _ready(r)]
+            ready = [r for r in _all_records().values() if _ready(r)]
         if not ready:
             return
         for record in ready:
             _apply(record)
 
 
-def _apply(record):
+def _claim(record) -> bool:
+    with _lock:
+        # the guard and apply run outside the lock: they may import modules,
+        # and another thread's import may be waiting on this lock
+        if record.state != PENDING:
+            return False
+        record.state = APPLYING
+        record.late = any(m in _late for m in record.patch.modules)
+        return True
+
+
+def _apply(record) -> None:
+    if not _claim(record):
+        return
     patch = record.patch
     config = _config.get()
-    with _lock:
-        # Claim the record; the guard and apply run outside the lock because
-        # they may import modules, and another thread's import may be
-        # waiting on this lock from its own post-import hook.
-        if record.state != PENDING:
-            return
-        record.state = APPLYING
-        record.late = any(m in _present_at_start for m in patch.modules)
-    module = sys.modules.get(patch.target)
-    missing = [n for n in patch.after if state_of(n) != APPLIED]
+    module = _modules[patch.target]
+    missing = [n for n in patch.after if _records.state_of(n) != APPLIED]
     if config.patch_disabled(patch.name):
-        _set(record, DISABLED, "disabled by ASCEND_SHIM_DISABLE")
-        return
+        return _set(record, DISABLED, "disabled by ASCEND_SHIM_DISABLE")
+    if _state["error"]:
+        return _set(record, FAILED, _state["error"])
     if missing:
-        _set(record, SKIPPED, "needs %s applied first (%s)" % (
-            ", ".join(missing), ", ".join(str(state_of(n)) for n in missing)))
-        return
-    if module is None:
-        _set(record, SKIPPED, "%s is not importable" % patch.target)
-        return
+        return _set(record, SKIPPED, "needs %s applied first (%s)" % (
+            ", ".join(missing), ", ".join(str(_records.state_of(n)) for n in missing)))
     changes = Changes()
     try:
         reason = patch.guard(module) if patch.guard else None
         if reason:
-            _set(record, SKIPPED, reason)
-            return
+            return _set(record, SKIPPED, reason)
         patch.apply(changes, module)
     except Exception as exc:
-        try:
-            changes.undo()
-        except Exception:
-            log.debug("undo after failure failed", exc_info=True)
+        _undo_quietly(changes)
         _set(record, FAILED, "%s: %s" % (type(exc).__name__, exc))
-        log.warning("patch %s on %s failed and was left out: %s",
-                    patch.name, patch.target, record.reason)
+        log.warning("patch %s on %s failed and was left out: %s", patch.name, patch.target, record.reason)
         if config.strict:
             raise
         return
-    record.changes = changes
+    record.changes.append(changes)
     _set(record, APPLIED, "; ".join(changes.notes))
 
 
-def _set(record, state, reason):
+def _undo_quietly(changes) -> None:
+    try:
+        changes.undo()
+    except Exception:
+        log.debug("undo after failure failed", exc_info=True)
+
+
+def _set(record, state: str, reason: str) -> None:
     with _lock:
         record.state = state
         record.reason = reason
     log.debug("%s: %s%s", record.patch.name, state, " (%s)" % reason if reason else "")
 
 
-def remove(name):
-    """Undo one applied patch (idempotent)."""
+def remove(name: str) -> bool:
+    """Undo one applied patch (idempotent); True if something was undone."""
     with _lock:
-        record = _ensure_records()[name]
+        record = _all_records()[name]
         if record.state != APPLIED:
             return False
-        module = sys.modules.get(record.patch.target)
+        module = _modules.get(record.patch.target)
         try:
-            record.changes.undo()
+            for changes in reversed(record.changes):
+                changes.undo()
             if record.patch.remove is not None and module is not None:
                 record.patch.remove(module)
         except Exception as exc:
             log.warning("removing patch %s failed: %s", name, exc)
             if _config.get().strict:
                 raise
+        record.changes.clear()
         _set(record, REMOVED, "removed")
         return True
 
 
-def remove_all():
-    for name in reversed(list(_ensure_records())):
+def remove_all() -> None:
+    for name in reversed(list(_all_records())):
         remove(name)
 
 
-def state_of(name):
-    with _lock:
-        record = _ensure_records().get(name)
-        return record.state if record else None
+def state_of(name: str) -> Optional[str]:
+    return _records.state_of(name)
 
 
-def _package_version(target):
+def _version(record) -> Optional[str]:
+    probe = record.patch.version
+    module = _modules.get(record.patch.target)
+    if probe is None or module is None:
+        return None
     try:
-        if target.startswith("comfy_kitchen"):
-            module = sys.modules.get("comfy_kitchen")
-            version = getattr(module, "__version__", None)
-            if version and version != "0.1.0":  # old wheels left it at 0.1.0
-                return version
-            from importlib import metadata
-
-            return metadata.version("comfy-kitchen")
-        if target == "comfy" or target.startswith("comfy."):
-            module = sys.modules.get("comfyui_version")
-            if module is None and "comfy" in sys.modules:
-                try:
-                    import comfyui_version as module  # beside main.py
-                except Exception:
-                    module = None
-            return getattr(module, "__version__", None)
+        return probe(module)
     except Exception:
         return None
-    return None
 
 
-def patch_status():
+def patch_status() -> list:
     rows = []
     with _lock:
-        for record in _ensure_records().values():
+        for record in _records.records().values():
             patch = record.patch
+            latest = record.changes[-1] if record.changes else None
             rows.append({
                 "name": patch.name,
                 "target": patch.target,
+                "requires": list(patch.requires),
+                "after": list(patch.after),
                 "summary": patch.summary,
                 "state": record.state,
                 "reason": record.reason,
                 "late": record.late,
-                "in_place": record.changes.in_place() if record.state == APPLIED else None,
-                "version": _package_version(patch.target) if patch.target in sys.modules else None,
+                "in_place": latest.in_place() if record.state == APPLIED and latest else None,
+                "version": _version(record),
             })
     return rows
 
 
-def status():
+def status() -> dict:
     import ascend_shim
-    from ascend_shim import fallback_report
+    from ascend_shim import _hook, fallback_report
+
+    try:
+        _all_records()
+    except Exception as exc:  # a broken install: say so instead of a traceback
+        _state["error"] = _state["error"] or "the patches do not import: %s: %s" % (type(exc).__name__, exc)
 
     # the INT8 report needs torch; only load it where comfy-kitchen was patched
     registration = sys.modules.get("ascend_shim.kitchen.registration")
     return {
         "shim": {
+            "version": ascend_shim.__version__,
             "config": _config.get().as_dict(),
             "finder_installed": ascend_shim.finder_installed(),
-            "engine_started": _started,
+            "engine_started": _state["started"],
+            "engine_error": _state["error"] or _hook.engine_error(),
+            "unknown_disable_names": unknown_disable_names(),
         },
         "patches": patch_status(),
         "int8": registration.report() if registration else {"decision": "not registered"},

@@ -2,7 +2,8 @@
 
 import logging
 
-from ascend_shim.engine import APPLIED, Patch, patch_status
+from ascend_shim import _records
+from ascend_shim.patching import Patch
 from ascend_shim.patches._guards import comfy_npu_active
 
 log = logging.getLogger("ascend_shim")
@@ -19,7 +20,7 @@ def _npu_name():
 
 
 def apply(changes, mm):
-    patched = [row["name"] for row in patch_status() if row["state"] == APPLIED]
+    patched = _records.applied_names()
     line = "ascend_shim active on %s: patched %s" % (_npu_name(), ", ".join(patched) or "nothing")
     log.info(line)
     changes.note(line)

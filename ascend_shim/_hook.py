@@ -1,0 +1,161 @@
+"""What the import hook does once a watched module loads.
+
+Loaded on the first import of a watched module (``ascend_shim.HOOKED_*``),
+from inside that module's ``exec_module``: never at interpreter start.
+
+Every watched module is executed by the real loader and then *delivered* to
+the patch engine, which decides each patch once all of its modules have been
+delivered. The engine starts on the first delivery; a thread that delivers
+while another is starting it waits, so no module is decided before the engine
+has its records, and no guard ever sees a module that is still executing.
+
+Why not wrapt's ImportHookFinder: it calls ``importlib.util.find_spec`` from
+inside ``find_spec``, while CPython holds the global import lock, and that
+call waits for the parent package's module lock. A thread executing the
+parent that imports anything then waits for the global lock: a deadlock
+(the A-B deadlock of dd-trace-py#17742, reproduced by the 10-thread test).
+Here ``find_spec`` only asks the other finders, and everything else happens
+in ``exec_module``, where only the module's own lock is held. The engine is
+started under a lock of ours that nothing holds while importing a watched
+module, and patches are applied outside it.
+
+Output: only ``warn``/``debug`` below, to stderr and only where stderr is
+usable (a daemon has none); never stdout.
+"""
+
+import os
+import sys
+import threading
+
+import ascend_shim
+
+_start_lock = threading.RLock()
+_engine = {"module": None, "error": None, "started": False}
+_executing = set()  # watched names between exec start and delivery
+_delivered = {}     # name -> module object last delivered
+
+
+def write(text):
+    """Write one line to stderr if there is a stderr that accepts it."""
+    stream = sys.stderr
+    if stream is None:
+        return
+    try:
+        stream.write("ascend_shim: %s\n" % text)
+    except Exception:
+        pass
+
+
+def warn(text):
+    write("warning: %s" % text)
+
+
+def debug(text):
+    if os.environ.get("ASCEND_SHIM_DEBUG") and _config().debug:
+        write(text)
+
+
+def _config():
+    from ascend_shim import _config as config
+
+    return config.get()
+
+
+def _strict():
+    try:
+        return _config().strict
+    except Exception:
+        return False
+
+
+def is_watched(name):
+    return name in ascend_shim.HOOKED_MODULES or name.partition(".")[0] in ascend_shim.HOOKED_PACKAGES
+
+
+def run(loader, spec, module):
+    """``exec_module`` of a watched module: execute it, then deliver it."""
+    name = spec.name
+    spec.loader = loader  # the module and later reloads see the real loader
+    try:
+        module.__loader__ = loader
+    except AttributeError:
+        pass
+    _deliver_parent_namespace(name)
+    _executing.add(name)
+    try:
+        loader.exec_module(module)
+        deliver(module)
+    finally:
+        _executing.discard(name)
+
+
+def run_legacy(loader, spec, fullname):
+    """``load_module`` of a watched module whose loader predates exec_module."""
+    spec.loader = loader
+    _deliver_parent_namespace(fullname)
+    _executing.add(fullname)
+    try:
+        module = loader.load_module(fullname)
+        deliver(module)
+        return module
+    finally:
+        _executing.discard(fullname)
+
+
+def _deliver_parent_namespace(name):
+    """A namespace package (upstream ComfyUI's ``comfy/``) has no loader and
+    runs no code: deliver it before its first submodule executes."""
+    root = name.partition(".")[0]
+    if root == name:
+        return
+    package = sys.modules.get(root)
+    if package is not None and _delivered.get(root) is not package and root not in _executing:
+        deliver(package)
+
+
+def engine():
+    """The started engine module, or None if it cannot start (reason kept)."""
+    if _engine["started"]:
+        return _engine["module"]
+    with _start_lock:
+        if not _engine["started"]:
+            try:
+                debug("first import of a watched module: starting the patch engine")
+                from ascend_shim import engine as module
+
+                module.start()
+                _engine["module"] = module
+            except Exception as exc:
+                _engine["error"] = "%s: %s" % (type(exc).__name__, exc)
+                warn("the patch engine failed to start, nothing is patched: %s" % _engine["error"])
+                if _strict():
+                    raise
+            finally:
+                _engine["started"] = True
+    return _engine["module"]
+
+
+def deliver(module, late=False):
+    """Hand one executed module to the engine; never raises unless strict."""
+    name = getattr(module, "__name__", None)
+    try:
+        patcher = engine()
+        _delivered[name] = module
+        if patcher is not None:
+            patcher.on_import(module, late=late)
+    except Exception as exc:
+        if _strict():
+            raise
+        warn("handling the import of %s failed: %s: %s" % (name, type(exc).__name__, exc))
+
+
+def deliver_present():
+    """Deliver watched modules imported before the hook existed (``late``)."""
+    for name, module in sorted(list(sys.modules.items()), key=lambda item: item[0]):
+        if (module is not None and is_watched(name) and name not in _executing
+                and _delivered.get(name) is not module):
+            deliver(module, late=True)
+
+
+def engine_error():
+    return _engine["error"]
