@@ -5,6 +5,7 @@ Each module defines one ``PATCH``; see ``ascend_shim.engine.Patch``.
 
 from ascend_shim.patches import (
     alloc_conf,
+    alloc_conf_withdraw,
     announce,
     bf16_legacy,
     compute_probes,
@@ -24,6 +25,7 @@ from ascend_shim.patches import (
 
 PATCHES = [
     alloc_conf.PATCH,
+    alloc_conf_withdraw.PATCH,
     int_mm.PATCH,
     kitchen_int8.PATCH,
     kitchen_priority.PATCH,

@@ -1,26 +1,44 @@
-"""Guards shared by the ComfyUI patches: is the Ascend NPU the active device?"""
+"""Guards shared by the ComfyUI patches: is the NPU the device ComfyUI chose?
+
+``is_ascend_npu()`` only says torch_npu found a card; ComfyUI still runs on
+the CPU under ``--cpu``, on DirectML under ``--directml`` and on an Intel XPU
+when one is present. ``get_torch_device()`` is what ComfyUI computes with, so
+a patch acts only where that device is an NPU.
+"""
 
 PREDATES_ASCEND = "this ComfyUI predates Ascend support (needs v0.3.11+)"
 
 
-def comfy_npu_active(mm):
-    """None when ComfyUI runs on an Ascend NPU, else the reason it does not."""
+def why_npu_not_chosen(mm):
+    """None when ComfyUI computes on an Ascend NPU, else the reason it does not."""
     if not hasattr(mm, "is_ascend_npu"):
         return PREDATES_ASCEND
     try:
-        active = bool(mm.is_ascend_npu())
+        if not mm.is_ascend_npu():
+            return "no Ascend NPU in use (is_ascend_npu() is False)"
+        device = mm.get_torch_device()
     except Exception as exc:
-        return "is_ascend_npu() raised %s: %s" % (type(exc).__name__, exc)
-    if not active:
-        return "no Ascend NPU in use (is_ascend_npu() is False)"
+        return "ComfyUI's device query raised %s: %s" % (type(exc).__name__, exc)
+    kind = getattr(device, "type", device)
+    if kind != "npu":
+        return "ComfyUI runs on %s, not the NPU (its own flags decide)" % kind
     return None
 
 
+# announce.py still imports the first name of this guard
+comfy_npu_active = why_npu_not_chosen
+
+
+def npu_chosen(mm):
+    """True while ComfyUI computes on the NPU (wrappers ask at call time)."""
+    return why_npu_not_chosen(mm) is None
+
+
 def npu_and_attribute(*names):
-    """Guard: the NPU is active and ``mm`` defines at least one of ``names``."""
+    """Guard: the NPU is ComfyUI's device and ``mm`` defines one of ``names``."""
 
     def guard(mm):
-        reason = comfy_npu_active(mm)
+        reason = why_npu_not_chosen(mm)
         if reason:
             return reason
         if not any(hasattr(mm, n) for n in names):
@@ -36,21 +54,29 @@ def handles_npu(function):
     return code is None or "is_ascend_npu" in code.co_names
 
 
-def model_management():
-    import sys
+def device_type(device):
+    """``device.type`` for a torch.device, the string itself for "npu", "cpu"..."""
+    if isinstance(device, str):
+        return device.split(":", 1)[0]
+    return getattr(device, "type", device)
 
-    return sys.modules["comfy.model_management"]
 
-
-def probed_device_type(args, kwargs):
+def probed_device_type(args, kwargs, mm=None):
     """Device type a ``supports_*_compute(device=None)`` call asks about.
 
-    The ``device`` argument, else ComfyUI's current torch device.
+    The ``device`` argument, else ComfyUI's current torch device (of ``mm``,
+    the module the wrapper was applied to).
     """
-    device = args[0] if args else kwargs.get("device")
+    from ascend_shim.patching import argument
+
+    device = argument(args, kwargs, 0, "device")
     if device is None:
-        device = model_management().get_torch_device()
-    return getattr(device, "type", device)
+        if mm is None:  # int8_compute.py does not pass its module yet
+            import importlib
+
+            mm = importlib.import_module("comfy.model_management")
+        device = mm.get_torch_device()
+    return device_type(device)
 
 
 def npu_devices():

@@ -3,7 +3,9 @@
 torch_npu reads it once, at the first allocation, so it is set when the
 ``comfy`` package is imported (before torch in ComfyUI's start-up). Only where
 torch_npu is installed, never over a value the user set, and not together
-with ``PYTORCH_ALLOC_CONF`` (torch_npu refuses both).
+with ``PYTORCH_ALLOC_CONF`` (torch_npu refuses both). Whether an NPU is there
+can only be known once torch_npu has run: ``alloc_conf_withdraw`` takes the
+value back where it finds none.
 """
 
 import os
@@ -12,6 +14,36 @@ from ascend_shim.patching import Patch
 
 VARIABLE = "PYTORCH_NPU_ALLOC_CONF"
 VALUE = "expandable_segments:True"
+
+
+class _Environment:
+    """``os.environ`` as attributes, so ``Changes`` records and undoes a variable.
+
+    ``Changes`` compares by identity and os.environ decodes a new str on every
+    read: a variable still holding the value written here reads back as that
+    very object.
+    """
+
+    def __init__(self):
+        object.__setattr__(self, "_written", {})
+
+    def __getattr__(self, name):
+        value = os.environ.get(name)
+        if value is None:
+            raise AttributeError(name)
+        written = self._written.get(name)
+        return written if written == value else value
+
+    def __setattr__(self, name, value):
+        os.environ[name] = value
+        self._written[name] = value
+
+    def __delattr__(self, name):
+        os.environ.pop(name, None)
+        self._written.pop(name, None)
+
+
+ENVIRONMENT = _Environment()
 
 
 def guard(comfy):
@@ -27,13 +59,8 @@ def guard(comfy):
 
 
 def apply(changes, comfy):
-    os.environ[VARIABLE] = VALUE
+    changes.assign(ENVIRONMENT, VARIABLE, VALUE)
     changes.note("%s=%s" % (VARIABLE, VALUE))
-
-
-def remove(comfy):
-    if os.environ.get(VARIABLE) == VALUE:
-        del os.environ[VARIABLE]
 
 
 PATCH = Patch(
@@ -42,5 +69,4 @@ PATCH = Patch(
     summary="PYTORCH_NPU_ALLOC_CONF=expandable_segments:True unless set",
     guard=guard,
     apply=apply,
-    remove=remove,
 )

@@ -2,15 +2,19 @@
 
 ComfyUI gained the NPU branch in v0.3.15; before that the function falls
 through to CUDA queries. Detected by feature: the original's code does not
-reference ``is_ascend_npu``.
+reference ``is_ascend_npu``. Everything upstream decides before its device
+query stays upstream's: a non-NPU ``device`` argument, ``--force-fp32``,
+DirectML, MPS and ``--cpu``; the wrapper answers only the question the
+original would have sent to CUDA.
 """
 
-from ascend_shim.patching import Patch
-from ascend_shim.patches._guards import comfy_npu_active, handles_npu
+from ascend_shim.patching import Patch, argument
+from ascend_shim.patches._guards import device_type, handles_npu, npu_chosen, why_npu_not_chosen
+from ascend_shim.patches._wraps import wrap_function
 
 
 def guard(mm):
-    reason = comfy_npu_active(mm)
+    reason = why_npu_not_chosen(mm)
     if reason:
         return reason
     if not hasattr(mm, "should_use_bf16"):
@@ -20,15 +24,24 @@ def guard(mm):
     return None
 
 
-def _bf16_on_npu(wrapped, instance, args, kwargs):
-    device = args[0] if args else kwargs.get("device")
-    if device is None or getattr(device, "type", device) == "npu":
+def _upstream_decides_first(mm):
+    """Whether a flag makes the original answer before it reaches CUDA."""
+    if getattr(mm, "FORCE_FP32", False) or getattr(mm, "directml_enabled", False):
         return True
-    return wrapped(*args, **kwargs)
+    return not npu_chosen(mm)  # --cpu, MPS, XPU: the original handles them
+
+
+def _bf16_on_npu(mm, wrapped, instance, args, kwargs):
+    device = argument(args, kwargs, 0, "device")
+    if device is not None and device_type(device) != "npu":
+        return wrapped(*args, **kwargs)
+    if _upstream_decides_first(mm):
+        return wrapped(*args, **kwargs)
+    return True
 
 
 def apply(changes, mm):
-    changes.wrap(mm, "should_use_bf16", _bf16_on_npu)
+    wrap_function(changes, mm, "should_use_bf16", _bf16_on_npu)
 
 
 PATCH = Patch(

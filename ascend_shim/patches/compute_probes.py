@@ -4,24 +4,34 @@
 CUDA-build torch they reach ``torch.cuda.get_device_properties`` and raise
 "Found no NVIDIA driver". The wrapper resolves the device (argument, else
 ``get_torch_device()``) and never touches ``torch.cuda`` for a non-CUDA one.
+``--supports-fp8-compute`` (``SUPPORT_FP8_OPS``) keeps its meaning: upstream
+answers True for it before any CUDA query.
 """
 
 from ascend_shim.patching import Patch
 from ascend_shim.patches._guards import npu_and_attribute, probed_device_type
+from ascend_shim.patches._wraps import wrap_function
 
 PROBES = ("supports_fp8_compute", "supports_nvfp4_compute", "supports_mxfp8_compute")
 
 
-def _cuda_only(wrapped, instance, args, kwargs):
-    if probed_device_type(args, kwargs) != "cuda":
+def _cuda_only(mm, wrapped, instance, args, kwargs):
+    if probed_device_type(args, kwargs, mm) != "cuda":
         return False
     return wrapped(*args, **kwargs)
+
+
+def _fp8_cuda_only(mm, wrapped, instance, args, kwargs):
+    if getattr(mm, "SUPPORT_FP8_OPS", False):
+        return wrapped(*args, **kwargs)
+    return _cuda_only(mm, wrapped, instance, args, kwargs)
 
 
 def apply(changes, mm):
     for name in PROBES:
         if hasattr(mm, name):
-            changes.wrap(mm, name, _cuda_only)
+            wrapper = _fp8_cuda_only if name == "supports_fp8_compute" else _cuda_only
+            wrap_function(changes, mm, name, wrapper)
             changes.note(name)
 
 

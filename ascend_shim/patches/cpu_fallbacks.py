@@ -3,6 +3,7 @@
 import warnings
 
 from ascend_shim.patching import Patch
+from ascend_shim.patches._wraps import wrap_function
 
 
 def guard(torch_npu):
@@ -11,10 +12,14 @@ def guard(torch_npu):
     return npu_reason()
 
 
-def apply(changes, torch_npu):
+def _record_fallback(torch_npu, wrapped, instance, args, kwargs):
     from ascend_shim.fallback_report import showwarning_wrapper
 
-    changes.wrap(warnings, "showwarning", showwarning_wrapper)
+    return showwarning_wrapper(wrapped, instance, args, kwargs)
+
+
+def apply(changes, torch_npu):
+    wrap_function(changes, torch_npu, "showwarning", _record_fallback, owner=warnings)
 
 
 PATCH = Patch(

@@ -4,11 +4,13 @@ Upstream enumerates CUDA devices when is_nvidia() is True and nothing for an
 NPU, so ``unload_all_models`` frees nothing. Versions whose function has an
 NPU branch of its own need only ``is_nvidia`` fixed and are left alone.
 is_nvidia stays False on the NPU, which keeps the CUDA-only aimdo/DynamicVRAM
-path off.
+path off. ``exclude_current`` keeps its meaning; any other argument goes to
+the original, which answers it (or refuses it) as upstream does.
 """
 
-from ascend_shim.patching import Patch
-from ascend_shim.patches._guards import handles_npu, npu_and_attribute, npu_devices
+from ascend_shim.patching import Patch, argument
+from ascend_shim.patches._guards import handles_npu, npu_and_attribute, npu_chosen, npu_devices
+from ascend_shim.patches._wraps import wrap_function
 
 _npu_and_function = npu_and_attribute("get_all_torch_devices")
 
@@ -22,13 +24,24 @@ def guard(mm):
     return None
 
 
-def _npu_devices(wrapped, instance, args, kwargs):
+def _only_known_arguments(args, kwargs):
+    return len(args) + len(kwargs) <= 1 and set(kwargs) <= {"exclude_current"}
+
+
+def _npu_devices(mm, wrapped, instance, args, kwargs):
+    if not npu_chosen(mm) or not _only_known_arguments(args, kwargs):
+        return wrapped(*args, **kwargs)
     devices = npu_devices()
-    return devices if devices else wrapped(*args, **kwargs)
+    if not devices:
+        return wrapped(*args, **kwargs)
+    if argument(args, kwargs, 0, "exclude_current", False):
+        current = mm.get_torch_device()
+        devices = [d for d in devices if d != current]
+    return devices
 
 
 def apply(changes, mm):
-    changes.wrap(mm, "get_all_torch_devices", _npu_devices)
+    wrap_function(changes, mm, "get_all_torch_devices", _npu_devices)
 
 
 PATCH = Patch(

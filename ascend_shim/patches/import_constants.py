@@ -9,6 +9,8 @@ explicit user flag (``--pin-shared-memory``, ``--async-offload``).
 from ascend_shim.patching import Patch
 from ascend_shim.patches._guards import npu_and_attribute
 
+# what is_nvidia() sets (0.0 now; 0.2 in v0.3.11, 0.1 by v0.3.14); every other device 0.4
+NVIDIA_WEIGHT_RATIOS = (0.0, 0.1, 0.2)
 CONSTANTS = ("MAX_PINNED_MEMORY", "NUM_STREAMS", "MIN_WEIGHT_MEMORY_RATIO", "PRIORITIZE_FP16")
 
 
@@ -33,8 +35,7 @@ def apply(changes, mm):
             # versions start at 1 and raise it only for --async-offload)
             changes.assign(mm, "NUM_STREAMS", 0)
             changes.note("NUM_STREAMS=0")
-    if getattr(mm, "MIN_WEIGHT_MEMORY_RATIO", None) == 0.0:
-        # 0.0 is the NVIDIA-only value; every other device uses 0.4
+    if getattr(mm, "MIN_WEIGHT_MEMORY_RATIO", None) in NVIDIA_WEIGHT_RATIOS:
         changes.assign(mm, "MIN_WEIGHT_MEMORY_RATIO", 0.4)
         changes.note("MIN_WEIGHT_MEMORY_RATIO=0.4")
     if getattr(mm, "PRIORITIZE_FP16", False):

@@ -1,33 +1,30 @@
-"""``is_nvidia()`` is False on an Ascend NPU.
+"""``is_nvidia()`` is False where ComfyUI computes on an Ascend NPU.
 
 Upstream answers ``cpu_state == GPU and torch.version.cuda``, so a CUDA build
 of torch on a 910B claims NVIDIA and every CUDA-only path follows. The NPU is
-tested first (under ``transfer_to_npu`` CUDA even looks available); elsewhere
-the original answer stands, but only while CUDA is really available.
+tested first (under ``transfer_to_npu`` CUDA even looks available); wherever
+ComfyUI's own flags chose another device, the original answer stands.
 """
 
 from ascend_shim.patching import Patch
-from ascend_shim.patches._guards import comfy_npu_active, model_management
+from ascend_shim.patches._guards import npu_chosen, why_npu_not_chosen
+from ascend_shim.patches._wraps import wrap_function
 
 
-def _is_nvidia(wrapped, instance, args, kwargs):
-    if comfy_npu_active(model_management()) is None:
+def _is_nvidia(mm, wrapped, instance, args, kwargs):
+    if npu_chosen(mm):
         return False
-    if not wrapped(*args, **kwargs):
-        return False
-    import torch
-
-    return bool(torch.cuda.is_available())
+    return wrapped(*args, **kwargs)
 
 
 def apply(changes, mm):
-    changes.wrap(mm, "is_nvidia", _is_nvidia)
+    wrap_function(changes, mm, "is_nvidia", _is_nvidia)
 
 
 PATCH = Patch(
     name="is_nvidia",
     target="comfy.model_management",
     summary="is_nvidia() is False on the NPU (CUDA-build torch)",
-    guard=comfy_npu_active,
+    guard=why_npu_not_chosen,
     apply=apply,
 )

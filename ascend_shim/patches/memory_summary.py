@@ -1,14 +1,18 @@
 """``debug_memory_summary()`` reports NPU memory instead of raising KeyError.
 
 ComfyUI calls it from its out-of-memory handler; on a CUDA build without a
-driver ``torch.cuda.memory_summary()`` raises and hides the real OOM.
+driver ``torch.cuda.memory_summary()`` raises and hides the real OOM. Where
+ComfyUI's flags chose another device, the original answers.
 """
 
 from ascend_shim.patching import Patch
-from ascend_shim.patches._guards import npu_and_attribute
+from ascend_shim.patches._guards import npu_and_attribute, npu_chosen
+from ascend_shim.patches._wraps import wrap_function
 
 
-def _npu_memory_summary(wrapped, instance, args, kwargs):
+def _npu_memory_summary(mm, wrapped, instance, args, kwargs):
+    if not npu_chosen(mm):
+        return wrapped(*args, **kwargs)
     import torch
 
     try:
@@ -18,7 +22,7 @@ def _npu_memory_summary(wrapped, instance, args, kwargs):
 
 
 def apply(changes, mm):
-    changes.wrap(mm, "debug_memory_summary", _npu_memory_summary)
+    wrap_function(changes, mm, "debug_memory_summary", _npu_memory_summary)
 
 
 PATCH = Patch(

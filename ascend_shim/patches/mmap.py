@@ -3,20 +3,28 @@
 Pages of a mapped file fault in lazily during the host-to-NPU copy, which the
 CANN driver's DMA cannot do: the load spins at 100% system CPU (the user's
 stuck text encoder). ``comfy.utils.DISABLE_MMAP`` is read at call time, so
-setting it after import is enough (v0.3.45+); older versions get the loaded
-tensors copied. ``ASCEND_SHIM_MMAP=keep`` opts out; ``--disable-mmap`` works
-either way.
+setting it after import is enough (v0.3.45+). Older versions get the
+file-mapped tensors of a load copied into RAM: only CPU tensors of a
+safetensors file (what safetensors maps); tensors already on a device and
+``torch.load`` results own their memory and are returned as loaded.
+``ASCEND_SHIM_MMAP=keep`` opts out; ``--disable-mmap`` works either way; a
+ComfyUI running on another device (``--cpu``...) is left alone.
 """
 
+import importlib
+
 from ascend_shim import _config
-from ascend_shim.patching import Patch
-from ascend_shim.patches._guards import comfy_npu_active, model_management
+from ascend_shim.patching import Patch, argument
+from ascend_shim.patches._guards import why_npu_not_chosen
+from ascend_shim.patches._wraps import wrap_function
+
+SAFETENSORS_SUFFIXES = (".safetensors", ".sft")  # the suffixes load_torch_file maps
 
 
 def guard(utils):
     if _config.get().mmap == "keep":
         return "kept by ASCEND_SHIM_MMAP=keep"
-    reason = comfy_npu_active(model_management())
+    reason = why_npu_not_chosen(importlib.import_module("comfy.model_management"))
     if reason:
         return reason
     if not hasattr(utils, "DISABLE_MMAP") and not hasattr(utils, "load_torch_file"):
@@ -24,21 +32,32 @@ def guard(utils):
     return None
 
 
-def _detach_from_file(value):
+def is_mapped_load(path):
+    """Whether ``load_torch_file(path)`` hands out views of a file mapping."""
+    return isinstance(path, str) and path.lower().endswith(SAFETENSORS_SUFFIXES)
+
+
+def copy_cpu_tensors(state_dict):
+    """``state_dict`` with its CPU tensors copied into RAM, device tensors as they are."""
     import torch
 
-    if isinstance(value, torch.Tensor):
-        return value.clone()
-    if isinstance(value, dict):
-        return {k: _detach_from_file(v) for k, v in value.items()}
-    return value
+    copied = {}
+    for key, value in state_dict.items():
+        if isinstance(value, torch.Tensor) and value.device.type == "cpu":
+            value = value.clone()
+        copied[key] = value
+    return copied
 
 
-def _copying_load(wrapped, instance, args, kwargs):
+def _copying_load(utils, wrapped, instance, args, kwargs):
     result = wrapped(*args, **kwargs)
-    if isinstance(result, tuple):  # (state_dict, metadata)
-        return (_detach_from_file(result[0]),) + result[1:]
-    return _detach_from_file(result)
+    if not is_mapped_load(argument(args, kwargs, 0, "ckpt")):
+        return result
+    if isinstance(result, tuple) and result and isinstance(result[0], dict):
+        return (copy_cpu_tensors(result[0]),) + result[1:]  # (state_dict, metadata)
+    if isinstance(result, dict):
+        return copy_cpu_tensors(result)
+    return result
 
 
 def apply(changes, utils):
@@ -49,8 +68,8 @@ def apply(changes, utils):
             changes.assign(utils, "DISABLE_MMAP", True)
             changes.note("DISABLE_MMAP=True")
     else:
-        changes.wrap(utils, "load_torch_file", _copying_load)
-        changes.note("load_torch_file copies tensors")
+        wrap_function(changes, utils, "load_torch_file", _copying_load)
+        changes.note("load_torch_file copies file-mapped tensors")
 
 
 PATCH = Patch(

@@ -3,6 +3,7 @@
 import logging
 
 from ascend_shim.patching import Patch
+from ascend_shim.patches._wraps import wrap_function
 
 log = logging.getLogger("ascend_shim")
 
@@ -13,7 +14,7 @@ def guard(execution):
     return None
 
 
-def _report_after(wrapped, instance, args, kwargs):
+def _report_after(execution, wrapped, instance, args, kwargs):
     try:
         return wrapped(*args, **kwargs)
     finally:
@@ -27,7 +28,7 @@ def _report_after(wrapped, instance, args, kwargs):
 
 
 def apply(changes, execution):
-    changes.wrap(execution.PromptExecutor, "execute", _report_after)
+    wrap_function(changes, execution, "execute", _report_after, owner=execution.PromptExecutor)
 
 
 PATCH = Patch(

@@ -1,10 +1,17 @@
-"""``synchronize()`` synchronizes the NPU (upstream has no NPU branch: a no-op)."""
+"""``synchronize()`` synchronizes the NPU (upstream has no NPU branch: a no-op).
+
+Only while ComfyUI computes on the NPU; under ``--cpu`` the original returns
+at once, as upstream.
+"""
 
 from ascend_shim.patching import Patch
-from ascend_shim.patches._guards import npu_and_attribute
+from ascend_shim.patches._guards import npu_and_attribute, npu_chosen
+from ascend_shim.patches._wraps import wrap_function
 
 
-def _npu_synchronize(wrapped, instance, args, kwargs):
+def _npu_synchronize(mm, wrapped, instance, args, kwargs):
+    if not npu_chosen(mm):
+        return wrapped(*args, **kwargs)
     import torch
 
     torch.npu.synchronize()
@@ -12,7 +19,7 @@ def _npu_synchronize(wrapped, instance, args, kwargs):
 
 
 def apply(changes, mm):
-    changes.wrap(mm, "synchronize", _npu_synchronize)
+    wrap_function(changes, mm, "synchronize", _npu_synchronize)
 
 
 PATCH = Patch(

@@ -12,6 +12,9 @@ comfy_kitchen, any of 0.2.11 - 0.2.40, must be importable).
 - ``v0_3_45`` ComfyUI ~0.3.45 API: DISABLE_MMAP, ``pick_operations(...,
               scaled_fp8=None)``, no kitchen / nvfp4 / mxfp8 /
               ``get_all_torch_devices``; pinned-memory constants added anyway.
+- ``v0_3_11`` ComfyUI 0.3.11 - 0.3.14: the first Ascend support; ``should_use_bf16``
+              without an NPU branch, no ``DISABLE_MMAP`` (``load_torch_file`` maps
+              safetensors), none of the later helpers or constants.
 - ``v0_3_10`` before Ascend support: no torch_npu, no ``is_ascend_npu``.
 
 As upstream:
@@ -30,7 +33,7 @@ stay importable without torch.
 import os
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-SHAPES = ("v0_29", "v0_3_45", "v0_3_10")
+SHAPES = ("v0_29", "v0_3_45", "v0_3_11", "v0_3_10")
 
 
 def shape_path(name):
