@@ -1,0 +1,315 @@
+"""comfy-kitchen's W4A8 linears on the NPU quant ops.
+
+``w4a8_int8_linear`` (kitchen 0.2.27+) and ``w4a8_packed_linear`` (0.2.40+)
+on NPU tensors: the 4-bit codes are decoded to an int8 weight on the device
+(``w4a8_codes``), the activations get ConvRot once, then one
+``npu_dynamic_quant`` and one ``npu_quant_matmul`` apply both scales inside
+the GEMM. What this path does not take (a float ``correction``, 6-bit
+storage, fp32 activations, options newer than the shim) is declined by the
+call rule and goes on down comfy-kitchen's priority list to eager, which
+stays on the device through the shim's ``aten::_int_mm`` kernel.
+
+Features are found by signature and attribute, never by version string.
+"""
+
+import inspect
+import logging
+import threading
+
+import torch
+
+from ascend_shim.kitchen import int8_math, w4a8_codes
+
+log = logging.getLogger("ascend_shim")
+
+LINEAR = "w4a8_int8_linear"
+PACKED = "w4a8_packed_linear"
+
+# keyword -> value under which the option changes nothing (eager's defaults)
+NEUTRAL = {
+    "codebook": None,
+    "correction": None,
+    "bias": None,
+    "group_size": 16,
+    "convrot_groupsize": 256,
+    "out_dtype": torch.bfloat16,
+    "input_act": None,
+    "input_act_weight": None,
+    "input_act_eps": 0.0,
+    "residual": None,
+    "residual_scale": None,
+}
+_TENSOR_ARGS = ("qdata", "s_rel", "s_channel", "codebook", "correction", "bias",
+                "input_act_weight", "residual", "residual_scale")
+
+
+class Counters:
+    """Per-process W4A8 call counts, for ``status``."""
+
+    def __init__(self):
+        self._lock = threading.Lock()
+        self.reset()
+
+    def reset(self):
+        self.npu_quant = 0
+        self.float_path = 0
+        self.declined = {}
+
+    def add(self, field):
+        with self._lock:
+            setattr(self, field, getattr(self, field) + 1)
+
+    def decline(self, param, reason):
+        with self._lock:
+            entry = self.declined.setdefault(param, {"count": 0, "last_reason": ""})
+            entry["count"] += 1
+            entry["last_reason"] = reason
+
+    def as_dict(self):
+        with self._lock:
+            return {"npu_quant": self.npu_quant, "float_path": self.float_path,
+                    "declined": {k: dict(v) for k, v in self.declined.items()}}
+
+
+COUNTERS = Counters()
+
+
+def unknown_options(kwargs):
+    """Keywords outside the known signature, given with a non-neutral value."""
+    known = set(NEUTRAL) | {"x", "qdata", "s_rel", "s_channel"}
+    return [key for key, value in kwargs.items()
+            if key not in known and not (value is None or value is False
+                                         or (isinstance(value, (int, float)) and value == 0))]
+
+
+def _group_size_ok(group_size):
+    return isinstance(group_size, int) and group_size >= 4 and (
+        16 % group_size == 0 or group_size % 16 == 0)
+
+
+def _check_x(x):
+    if not isinstance(x, torch.Tensor) or x.device.type != "npu":
+        return ("x", "not an NPU tensor")
+    if x.dtype not in int8_math.QUANT_DTYPES:
+        return ("x", "dtype %s (npu_dynamic_quant needs float16/bfloat16)" % x.dtype)
+    if x.dim() < 2 or 0 in x.shape:
+        return ("x", "needs a non-empty tensor of 2+ dims, got %s" % list(x.shape))
+    return None
+
+
+def _check_devices(kw):
+    device = kw["x"].device
+    for name in _TENSOR_ARGS:
+        value = kw.get(name)
+        if value is None:
+            continue
+        if not isinstance(value, torch.Tensor):
+            return (name, "expected a tensor, got %s" % type(value).__name__)
+        if value.device != device:
+            return (name, "on %s, x is on %s" % (value.device, device))
+    return None
+
+
+def check_packed_call(kw, input_acts):
+    """What every W4A8 call must satisfy before its weight is looked at."""
+    unknown = unknown_options(kw)
+    if unknown:
+        return (unknown[0], "option unknown to ascend_shim")
+    declined = _check_x(kw.get("x")) or _check_devices(kw)
+    if declined:
+        return declined
+    if kw.get("correction") is not None:
+        return ("correction", "float correction: eager's float path serves it")
+    out_dtype = kw.get("out_dtype", NEUTRAL["out_dtype"])
+    if out_dtype is not None and out_dtype not in int8_math.QUANT_DTYPES:
+        return ("out_dtype", "%s (needs float16/bfloat16)" % (out_dtype,))
+    if kw.get("input_act") not in input_acts:
+        return ("input_act", "%r not supported by this comfy-kitchen" % (kw.get("input_act"),))
+    if kw.get("residual") is not None and kw.get("residual_scale") is None:
+        return ("residual_scale", "required with residual")
+    return None
+
+
+def check_weight(kw, k_activated):
+    """The decoded-weight geometry the NPU path needs; None accepts."""
+    qdata, s_rel, s_channel = kw.get("qdata"), kw.get("s_rel"), kw.get("s_channel")
+    codebook, bias = kw.get("codebook"), kw.get("bias")
+    group_size = kw.get("group_size", NEUTRAL["group_size"])
+    group = kw.get("convrot_groupsize", NEUTRAL["convrot_groupsize"])
+    if qdata is None or qdata.dtype != torch.int8 or qdata.dim() != 2 or 0 in qdata.shape:
+        return ("qdata", "needs a non-empty 2-D int8 tensor")
+    if s_rel is None or s_rel.dim() != 2 or not s_rel.dtype.is_floating_point:
+        return ("s_rel", "needs a 2-D float tensor [N, K/group_size]")
+    if not _group_size_ok(group_size):
+        return ("group_size", "%r must be >= 4 and divide 16 or be a multiple of 16" % (group_size,))
+    n, k, bits = w4a8_codes.packed_geometry(qdata, s_rel, group_size)
+    if bits != w4a8_codes.CODE_BITS:
+        return ("qdata", "not 4-bit storage (%d-bit): eager serves it" % bits)
+    if tuple(s_rel.shape) != (n, k // group_size):
+        return ("s_rel", "shape %s, expected %s" % (list(s_rel.shape), [n, k // group_size]))
+    if s_channel is None or tuple(s_channel.shape) != (n,) or not s_channel.dtype.is_floating_point:
+        return ("s_channel", "needs a float tensor of shape (%d,)" % n)
+    if codebook is not None and (tuple(codebook.shape) != (w4a8_codes.CODEBOOK_LEVELS,)
+                                 or not codebook.dtype.is_floating_point):
+        return ("codebook", "needs a float tensor of shape (16,)")
+    if k % 16 or not int8_math.is_power_of_four(group) or k % group:
+        return ("convrot_groupsize", "%r with K=%d: needs K %% 16 == 0 and a power-of-four "
+                "group dividing K" % (group, k))
+    if k_activated != k:
+        return ("x", "K mismatch: activation has %d, weight has %d" % (k_activated, k))
+    if bias is not None and (not bias.dtype.is_floating_point or bias.numel() != n):
+        return ("bias", "needs a float bias of %d elements" % n)
+    if k > int8_math.MAX_QUANT_MATMUL_DIM or n > int8_math.MAX_QUANT_MATMUL_DIM:
+        return ("qdata", "K=%d, N=%d over the quant matmul limit" % (k, n))
+    return None
+
+
+def activated_k(kw):
+    """x's last dim after ``input_act`` (None when it does not divide)."""
+    k_in = kw["x"].shape[-1]
+    width = int8_math.activated_width(kw.get("input_act"))
+    return None if k_in % width else k_in // width
+
+
+class W4A8Linear:
+    """The W4A8 entry points bound to one comfy-kitchen and one torch_npu.
+
+    ops       torch_npu, or None when it lacks the quant ops (float path)
+    activate  ``activate(x, input_act, weight, eps)``: kitchen's input_act
+    rotate    ``rotate(x, group)``: ConvRot of the activations
+    unpack    kitchen's packed-weight reader (``w4a8_packed_linear``), or None
+    eager     ``eager(name)``: eager's implementation, for unpacked weights
+              this path does not take
+    """
+
+    def __init__(self, ops, activate, rotate, input_acts, unpack=None, eager=None):
+        self.ops = ops
+        self.activate = activate
+        self.rotate = rotate
+        self.input_acts = frozenset(input_acts)
+        self.unpack = unpack
+        self.eager = eager
+        self.quant_broken = None if ops is not None else "torch_npu lacks the quant ops"
+        self._quant_ok_once = False
+
+    def check(self, kw):
+        declined = check_packed_call(kw, self.input_acts)
+        if declined:
+            return declined
+        k = activated_k(kw)
+        if k is None:
+            return ("x", "%s needs an even last dim" % kw.get("input_act"))
+        return check_weight(kw, k)
+
+    def _rule(self, check, kwargs):
+        from comfy_kitchen.constraints import ValidationResult
+
+        try:
+            declined = check(kwargs)
+        except Exception as exc:  # a rule must never raise
+            declined = ("__rule__", "%s: %s" % (type(exc).__name__, exc))
+        if declined:
+            COUNTERS.decline(*declined)
+            return ValidationResult.fail(*declined)
+        return ValidationResult.ok()
+
+    def call_rule(self, kwargs):
+        return self._rule(self.check, kwargs)
+
+    def packed_call_rule(self, kwargs):
+        return self._rule(lambda kw: check_packed_call(kw, self.input_acts), kwargs)
+
+    def linear(self, x, qdata, s_rel, s_channel, codebook=None, correction=None, bias=None,
+               group_size=16, convrot_groupsize=256, out_dtype=torch.bfloat16, input_act=None,
+               input_act_weight=None, input_act_eps=0.0, residual=None, residual_scale=None,
+               **extra):
+        x = self.activate(x, input_act, input_act_weight, input_act_eps)
+        weight = w4a8_codes.decode_int4_to_int8(qdata, s_rel, codebook, group_size)
+        out = self._int8_linear(x, weight, s_channel, bias, out_dtype or torch.bfloat16,
+                                convrot_groupsize)
+        return int8_math.apply_residual(out, residual, residual_scale)
+
+    def packed_linear(self, x, qdata, s_rel, s_channel, codebook=None, correction=None,
+                      bias=None, group_size=16, convrot_groupsize=256,
+                      out_dtype=torch.bfloat16, input_act=None, input_act_weight=None,
+                      input_act_eps=0.0, residual=None, residual_scale=None, **extra):
+        x = self.activate(x, input_act, input_act_weight, input_act_eps)
+        qdata, s_rel = self.unpack(qdata, s_channel.numel(), x.shape[-1])
+        kw = dict(x=x, qdata=qdata, s_rel=s_rel, s_channel=s_channel, codebook=codebook,
+                  correction=correction, bias=bias, group_size=group_size,
+                  convrot_groupsize=convrot_groupsize, out_dtype=out_dtype,
+                  residual=residual, residual_scale=residual_scale)
+        declined = check_weight(kw, x.shape[-1])
+        if declined:  # e.g. 6-bit records: eager's unpacked linear, on the device
+            COUNTERS.decline(*declined)
+            return self.eager(LINEAR)(**kw)
+        return self.linear(**kw)
+
+    def _int8_linear(self, x, weight, s_channel, bias, out_dtype, group):
+        x = self.rotate(x, group)
+        shape = x.shape
+        flat = x.reshape(-1, shape[-1])
+        out = None
+        if not self.quant_broken:
+            try:
+                out = int8_math.npu_quant_linear(flat, weight, s_channel, bias, out_dtype, self.ops)
+            except RuntimeError as exc:
+                if "out of memory" in str(exc).lower():
+                    raise
+                self._quant_failed(exc)
+            else:
+                self._quant_ok_once = True
+                COUNTERS.add("npu_quant")
+        if out is None:
+            out = int8_math.dequantized_linear(flat, weight, s_channel, bias, out_dtype)
+            COUNTERS.add("float_path")
+        return out.reshape(*shape[:-1], weight.shape[0])
+
+    def _quant_failed(self, exc):
+        text = "%s: %s" % (type(exc).__name__, exc)
+        if not self._quant_ok_once:
+            self.quant_broken = "npu_quant_matmul failed on first use: %s" % text
+        log.warning("NPU W4A8 call failed, served by the float path on the device: %s", text)
+
+
+def _packed_reader():
+    try:
+        from comfy_kitchen.tensor import w4a8_packed
+    except ImportError:
+        return None
+    unpack = getattr(w4a8_packed, "unpack_w4a8_mma_weight", None)
+    if unpack is None or len(inspect.signature(unpack).parameters) != 3:
+        return None
+    return unpack
+
+
+def entry_points(ck, ops, activate, rotate, input_acts):
+    """``{name: (function, FunctionConstraints)}`` for the ``ascend_shim`` backend.
+
+    Empty where this comfy-kitchen has no W4A8 linear, or no call rules to
+    decline with (kitchen before 0.2.23 has neither).
+    """
+    from comfy_kitchen.constraints import FunctionConstraints, ParamConstraint
+
+    if not hasattr(ck, LINEAR) or "call_rules" not in getattr(
+            FunctionConstraints, "__dataclass_fields__", {}):
+        return {}
+    registry = ck.registry
+
+    def eager(name):
+        return registry.get_implementation(name, backend="eager")
+
+    unpack = _packed_reader()
+    impl = W4A8Linear(ops, activate, rotate, input_acts, unpack, eager)
+    npu = frozenset({"npu"})
+    x_param = {"x": ParamConstraint(dtypes=frozenset(int8_math.QUANT_DTYPES))}
+    entries = {LINEAR: (impl.linear, FunctionConstraints(
+        params=x_param, default_devices=npu, call_rules=(impl.call_rule,)))}
+    if hasattr(ck, PACKED) and unpack is not None:
+        entries[PACKED] = (impl.packed_linear, FunctionConstraints(
+            params=x_param, default_devices=npu, call_rules=(impl.packed_call_rule,)))
+    return entries
+
+
+def report():
+    return COUNTERS.as_dict()

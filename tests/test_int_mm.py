@@ -1,0 +1,277 @@
+"""The shim's NPU ``aten::_int_mm`` kernel (ascend_shim/int_mm.py) on the test bed.
+
+Registering a dispatcher kernel changes torch globally, so the checks in
+``_Checks`` run in one child interpreter booted as the simulated Ascend
+machine (``TORCH_NPU_FALLBACK_CPU_DISABLE=1``: any CPU fallback raises) and
+are reported here one by one. The patch itself (``int_mm``: engine, config,
+status) is checked in fresh interpreters of a venv with the shim installed.
+"""
+
+import json
+import os
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+TESTS = Path(__file__).resolve().parent
+REPO = TESTS.parent
+sys.path.insert(0, str(TESTS))
+
+INNER = os.environ.get("TESTBED_INNER") == "int_mm"
+
+if INNER:
+    import torch_npu  # noqa: F401  (the simulated device)
+
+    from ascend_shim import int_mm
+    from ascend_shim.kitchen import int8_math
+    from testbed import npu_device as nd
+
+
+def int8(*shape, low=-128, high=128, dtype=torch.int8):
+    return torch.randint(low, high, shape, dtype=dtype)
+
+
+def cpu_int_mm(a, b):
+    return torch._int_mm(a, b)
+
+
+class _Checks:
+    def setup_method(self, method):
+        torch.manual_seed(0)
+        int_mm.register()
+        int_mm.reset_calls()
+        nd.reset_cpu_fallbacks()
+
+    def teardown_method(self, method):
+        torch.npu.matmul.allow_hf32 = False
+
+    # ---------------------------------------------------------------- callers
+    def test_torch_int_mm_reaches_the_kernel(self):
+        a, b = int8(17, 2100), int8(2100, 40)
+        out = torch._int_mm(a.npu(), b.npu())
+        assert out.device.type == "npu" and out.dtype == torch.int32
+        assert torch.equal(out.cpu(), cpu_int_mm(a, b))
+        assert int_mm.report()["calls"] == 1
+        assert nd.cpu_fallbacks() == {}
+
+    def test_torch_ops_aten_int_mm_reaches_the_kernel(self):
+        a, b = int8(5, 64), int8(64, 24)
+        out = torch.ops.aten._int_mm(a.npu(), b.npu())
+        assert out.device.type == "npu"
+        assert torch.equal(out.cpu(), cpu_int_mm(a, b))
+        assert int_mm.report()["calls"] == 1
+        assert nd.cpu_fallbacks() == {}
+
+    def test_out_overload_reaches_the_kernel(self):
+        a, b = int8(6, 48), int8(48, 8)
+        out = torch.empty(0, dtype=torch.int32, device="npu")
+        result = torch._int_mm(a.npu(), b.npu(), out=out)
+        assert result is out and out.shape == (6, 8)
+        assert torch.equal(out.cpu(), cpu_int_mm(a, b))
+        assert int_mm.report()["calls"] == 1
+
+    # ---------------------------------------------------------------- numbers
+    def test_exact_on_extreme_values_beyond_fp32_range(self):
+        # every product 2**14, K=4096: the sum 2**26 needs the K-chunks
+        a = torch.full((3, 4096), -128, dtype=torch.int8)
+        b = torch.full((4096, 5), -128, dtype=torch.int8)
+        a[:, ::3] = 127  # odd partial sums, which fp32 above 2**24 would round
+        out = torch._int_mm(a.npu(), b.npu()).cpu()
+        assert torch.equal(out, cpu_int_mm(a, b))
+
+    def test_exact_on_odd_shapes(self):
+        for m, k, n in ((1, 1, 1), (1, 7, 3), (33, 1025, 9), (4, 3000, 17)):
+            a, b = int8(m, k), int8(k, n)
+            assert torch.equal(torch._int_mm(a.npu(), b.npu()).cpu(), cpu_int_mm(a, b)), (m, k, n)
+
+    def test_uint8_self_like_cpu(self):
+        # CPU _int_mm takes uint8 self: products reach 255*128, so chunks halve
+        a, b = int8(9, 2500, low=0, high=256, dtype=torch.uint8), int8(2500, 6)
+        a[:, :] = 255
+        b[:, :] = -128
+        b[::2] = 127
+        out = torch._int_mm(a.npu(), b.npu()).cpu()
+        assert torch.equal(out, cpu_int_mm(a, b))
+
+    def test_non_contiguous_operands(self):
+        a, w = int8(12, 96), int8(20, 96)
+        out = torch._int_mm(a.npu(), w.npu().t())
+        assert torch.equal(out.cpu(), cpu_int_mm(a, w.t()))
+
+    def test_empty_operands_like_cpu(self):
+        for m, k, n in ((0, 8, 4), (3, 0, 4), (3, 8, 0)):
+            a, b = int8(m, k), int8(k, n)
+            out = torch._int_mm(a.npu(), b.npu())
+            assert out.shape == (m, n) and torch.equal(out.cpu(), cpu_int_mm(a, b))
+
+    def test_exact_with_hf32_on_and_the_setting_restored(self):
+        torch.npu.matmul.allow_hf32 = True
+        a, b = int8(8, 1024, low=-128, high=-100), int8(1024, 8, low=100, high=128)
+        out = torch._int_mm(a.npu(), b.npu()).cpu()
+        assert torch.equal(out, cpu_int_mm(a, b))
+        assert torch.npu.matmul.allow_hf32 is True
+
+    def test_hf32_would_break_the_unguarded_gemm(self):
+        # the hazard the guard removes: the same fp32 GEMM in HF32 is wrong
+        a, b = int8(8, 1024, low=-128, high=-100), int8(1024, 8, low=100, high=128)
+        torch.npu.matmul.allow_hf32 = True
+        raw = torch.mm(a.npu().float(), b.npu().float()).cpu().to(torch.int32)
+        assert not torch.equal(raw, cpu_int_mm(a, b))
+
+    def test_existing_exact_int8_mm_is_guarded_too(self):
+        torch.npu.matmul.allow_hf32 = True
+        a, b = int8(8, 1024, low=-128, high=-100), int8(1024, 8, low=100, high=128)
+        assert torch.equal(int8_math.exact_int8_mm(a.npu(), b.npu()).cpu(), cpu_int_mm(a, b))
+        assert torch.npu.matmul.allow_hf32 is True
+
+    # ---------------------------------------------------------------- bad input
+    def test_bad_input_raises_what_cpu_raises(self):
+        f32 = torch.ones(4, 8)
+        cases = [
+            (f32, int8(8, 4)),                        # self dtype
+            (int8(4, 8), torch.ones(8, 4, dtype=torch.int32)),  # mat2 dtype
+            (int8(4, 8), int8(8, 4, dtype=torch.uint8, low=0)),  # uint8 mat2
+            (int8(2, 4, 8), int8(8, 4)),              # 3-D self
+            (int8(4, 8), int8(2, 8, 4)),              # 3-D mat2
+            (int8(4, 8), int8(7, 4)),                 # K mismatch
+            (int8(4, 8), int8(8)),                    # 1-D mat2
+            (int8(8), int8(8, 4)),                    # 1-D self
+        ]
+        for a, b in cases:
+            with pytest.raises(Exception) as on_cpu:
+                torch._int_mm(a, b)
+            with pytest.raises(Exception) as on_npu:
+                torch._int_mm(a.npu(), b.npu())
+            assert type(on_npu.value) is type(on_cpu.value), (a.shape, b.shape, on_npu.value)
+            assert "_int_mm" in str(on_npu.value)
+        assert nd.cpu_fallbacks() == {}
+        assert int_mm.report()["calls"] == 0
+
+    def test_mixed_devices_refused(self):
+        with pytest.raises(RuntimeError, match="same device"):
+            torch._int_mm(int8(4, 8).npu(), int8(8, 4))
+
+    # ---------------------------------------------------------------- registration
+    def test_kernel_visible_to_the_dispatcher_and_removable(self):
+        key = "PrivateUse1"
+        assert torch._C._dispatch_has_kernel_for_dispatch_key("aten::_int_mm", key)
+        assert int_mm.registered() == ("_int_mm", "_int_mm.out")
+        int_mm.deregister()
+        try:
+            assert not torch._C._dispatch_has_kernel_for_dispatch_key("aten::_int_mm", key)
+            assert int_mm.served_elsewhere() is None
+            with pytest.raises(RuntimeError, match="not currently supported on the NPU"):
+                torch._int_mm(int8(4, 8).npu(), int8(8, 4).npu())  # fallback is back
+        finally:
+            int_mm.register()
+
+    def test_torch_npus_own_kernel_wins(self):
+        int_mm.deregister()
+        own = torch.library.Library("aten", "IMPL")
+        seen = []
+
+        def vendor_kernel(a, b):
+            seen.append(a.shape)
+            return int8_math.exact_int_mm(a, b)
+
+        own.impl("_int_mm", vendor_kernel, "PrivateUse1")
+        own.impl("_int_mm.out", lambda a, b, *, out: out, "PrivateUse1")
+        try:
+            assert int_mm.served_elsewhere()
+            assert "own" in int_mm.register()
+            assert int_mm.registered() == ()
+            torch._int_mm(int8(4, 8).npu(), int8(8, 4).npu())
+            assert seen == [(4, 8)] and int_mm.report()["calls"] == 0
+        finally:
+            own._destroy()
+            int_mm.register()
+        assert int_mm.registered() == ("_int_mm", "_int_mm.out")
+
+
+CHECKS = sorted(name for name in vars(_Checks) if name.startswith("test_"))
+
+if INNER:
+
+    class TestIntMm(_Checks):
+        pass
+
+else:
+    import harness
+    from testbed import machine
+
+    @pytest.fixture(scope="module")
+    def checks():
+        path = os.pathsep.join([machine.BOOT_DIR, machine.TESTS_DIR, str(REPO)])
+        return machine.run_pytest(__file__, kind="ascend-cu130", env={
+            "TESTBED_INNER": "int_mm", "TORCH_NPU_FALLBACK_CPU_DISABLE": "1", "ASCEND_SHIM": "0",
+            "PYTHONPATH": path}, timeout=300)
+
+    @pytest.mark.parametrize("name", CHECKS)
+    def test_int_mm(checks, name):
+        checks.check(name)
+
+    # ------------------------------------------------------------ the patch
+
+    PATCH_SCENARIO = """
+        import json, warnings
+        warnings.simplefilter("ignore")
+        import torch
+        import comfy_kitchen as ck  # starts the engine
+        import torch_npu
+        from testbed import npu_device as nd
+        from ascend_shim import engine
+        status = engine.status()
+        state = {p["name"]: p for p in status["patches"]}["int_mm"]
+        if not torch.npu.is_available():
+            print(json.dumps({"state": state["state"], "reason": state["reason"], "kernel":
+                  torch._C._dispatch_has_kernel_for_dispatch_key("aten::_int_mm", "PrivateUse1")}))
+            raise SystemExit
+        a = torch.randint(-128, 128, (8, 1500), dtype=torch.int8)
+        b = torch.randint(-128, 128, (1500, 16), dtype=torch.int8)
+        want = torch._int_mm(a, b)
+        got = {"int_mm": torch._int_mm(a.npu(), b.npu()).cpu(),
+               "mm_int8": ck.mm_int8(a.npu(), b.npu()).cpu()}
+        status = engine.status()
+        state = {p["name"]: p for p in status["patches"]}["int_mm"]
+        out = {"state": state["state"], "reason": state["reason"],
+               "exact": {k: bool(torch.equal(v, want)) for k, v in got.items()},
+               "fallbacks": dict(nd.cpu_fallbacks()),
+               "kernel": torch._C._dispatch_has_kernel_for_dispatch_key("aten::_int_mm", "PrivateUse1")}
+        import sys
+        report = sys.modules.get("ascend_shim.int_mm")
+        out["report"] = report.report() if report else None
+        if state["state"] == "applied":
+            engine.remove("int_mm")
+            out["kernel_after_remove"] = torch._C._dispatch_has_kernel_for_dispatch_key(
+                "aten::_int_mm", "PrivateUse1")
+        print(json.dumps(out))
+    """
+
+    def _patch_run(run_bed, **env):
+        proc = run_bed(PATCH_SCENARIO, kitchen="0.2.40", **env)
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        return harness.last_json(proc)
+
+    def test_patch_serves_every_caller_on_the_device(run_bed):
+        out = _patch_run(run_bed)
+        assert out["state"] == "applied", out
+        assert out["exact"] == {"int_mm": True, "mm_int8": True}
+        assert out["fallbacks"] == {}
+        assert out["kernel"] is True
+        assert out["report"]["calls"] == 2
+        assert out["kernel_after_remove"] is False
+
+    @pytest.mark.parametrize("env", [{"ASCEND_SHIM_DISABLE": "int_mm"}, {"ASCEND_SHIM_INT8": "off"}])
+    def test_patch_off_leaves_the_dispatcher_alone(run_bed, env):
+        out = _patch_run(run_bed, **env)
+        assert out["state"] in ("disabled", "skipped"), out
+        assert out["kernel"] is False
+        assert out["fallbacks"] == {"aten::_int_mm": 2}  # torch_npu's CPU fallback, as without the shim
+        assert out["exact"] == {"int_mm": True, "mm_int8": True}
+
+    def test_patch_skipped_without_an_npu(run_bed):
+        out = _patch_run(run_bed, TESTBED_NPU_COUNT="0")
+        assert out["state"] == "skipped" and "NPU" in out["reason"], out
+        assert out["kernel"] is False
