@@ -1,0 +1,68 @@
+"""fp8 checkpoints are decoded on the host before any tensor of them reaches the NPU.
+
+Every ComfyUI loader (checkpoint, diffusion model, text encoder) passes its
+state dict through ``comfy.utils.convert_old_quants``, which turns legacy
+``scaled_fp8`` files into ``comfy_quant`` layers. Right after it, the float8
+entries under the converted prefix are decoded (``ascend_shim.fp8_convert``):
+to bf16, or with ``ASCEND_SHIM_FP8=int8`` to ComfyUI's own ``int8_tensorwise``
+layers where this ComfyUI has that format. W4A8 group scales become float32.
+Torch is imported on the first call, not with the patch.
+"""
+
+import importlib
+
+from ascend_shim import fp8_policy
+from ascend_shim.patching import Patch, argument
+from ascend_shim.patches._wraps import wrap_function
+
+
+INT8_FORMAT = "int8_tensorwise"
+
+
+def int8_form_available():
+    """Whether ComfyUI knows ``int8_tensorwise`` layers (quant_ops' QUANT_ALGOS)."""
+    try:
+        quant_ops = importlib.import_module("comfy.quant_ops")
+    except Exception:
+        return False
+    return INT8_FORMAT in getattr(quant_ops, "QUANT_ALGOS", {})
+
+
+def decoded_form():
+    form = fp8_policy.current()[0]
+    if form == "int8" and not int8_form_available():
+        return "bf16"
+    return form
+
+
+def _decoding_convert(utils, wrapped, instance, args, kwargs):
+    result = wrapped(*args, **kwargs)
+    form = decoded_form()
+    if form is None or not (isinstance(result, tuple) and len(result) == 2 and isinstance(result[0], dict)):
+        return result
+    from ascend_shim import fp8_convert
+
+    prefix = argument(args, kwargs, 1, "model_prefix", "") or ""
+    fp8_convert.convert(result[0], prefix, form)
+    return result
+
+
+def guard(utils):
+    if not hasattr(utils, "convert_old_quants"):
+        return "this ComfyUI has no convert_old_quants"
+    return fp8_policy.guard(importlib.import_module("comfy.model_management"))
+
+
+def apply(changes, utils):
+    wrap_function(changes, utils, "convert_old_quants", _decoding_convert)
+    changes.note("fp8 -> %s" % decoded_form())
+
+
+PATCH = Patch(
+    name="fp8_state_dict",
+    target="comfy.utils",
+    requires=("comfy.model_management",),
+    summary="fp8 checkpoints are decoded on the host (bf16 or int8) for an NPU without float8",
+    guard=guard,
+    apply=apply,
+)
