@@ -62,6 +62,8 @@ __all__ = [
     "reset_peak_memory_stats",
     "op_counts",
     "reset_op_counts",
+    "float8_storage",
+    "set_float8_storage",
     "matmul_allow_hf32",
     "set_matmul_allow_hf32",
 ]
@@ -103,6 +105,7 @@ _state = {
     "current": 0,
     "module": None,
     "allow_hf32": False,  # torch_npu's default for matmul
+    "float8": False,  # Atlas A2/A3 hold no float8 tensor; the fake torch_npu sets it per SoC
 }
 _fallback_ops = set(DEFAULT_CPU_FALLBACK_OPS)
 _fallback_log: collections.Counter = collections.Counter()
@@ -180,6 +183,7 @@ class NpuTensor(torch.Tensor):
     def __new__(cls, elem: torch.Tensor, index: int = 0, requires_grad: bool | None = None):
         if isinstance(elem, NpuTensor) or elem.device.type != "cpu":
             raise TypeError(f"NpuTensor wraps a CPU tensor, got {type(elem).__name__} on {elem.device}")
+        _refuse_float8(elem.dtype)
         if requires_grad is None:
             requires_grad = elem.requires_grad
         if elem.requires_grad:
@@ -562,6 +566,27 @@ def _round_to_hf32_(t):
     if isinstance(t, torch.Tensor) and t.dtype == torch.float32:
         t.copy_(_to_hf32(t))
     return t
+
+
+def float8_storage() -> bool:
+    """Whether the simulated SoC holds float8 tensors (Ascend 950 does, A2/A3 do not)."""
+    return _state["float8"]
+
+
+def set_float8_storage(enabled: bool) -> bool:
+    """Let npu tensors be float8 or not; returns the previous setting."""
+    previous = _state["float8"]
+    _state["float8"] = bool(enabled)
+    return previous
+
+
+def _refuse_float8(dtype) -> None:
+    # Every npu tensor is made here (factories, copies, op results), so a
+    # float8 one fails where torch_npu's dtype conversion fails on a 910B:
+    # "Float8_e4m3fn has not been supported" (ConvertToAclDataType).
+    if dtype.is_floating_point and dtype.itemsize == 1 and not _state["float8"]:
+        name = str(dtype).removeprefix("torch.")
+        raise RuntimeError(f"{name[:1].upper()}{name[1:]} has not been supported")
 
 
 def matmul_allow_hf32() -> bool:

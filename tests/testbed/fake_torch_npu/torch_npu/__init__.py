@@ -12,6 +12,8 @@ TESTBED_NPU_OPS                 which quant ops exist (default
 TESTBED_TORCH_NPU_DEVICE_CONFLICT=1  on a CUDA-build torch raise like torch_npu
                                 2.14 ("Two accelerators cannot be used ...")
 TESTBED_CANN_VERSION            utils.collect_env.get_cann_version()
+TESTBED_NPU_NAME                the SoC (default Ascend910B3); float8 npu tensors
+                                exist only on an Ascend950* (Atlas A5), as in torch_npu
 At call time: TESTBED_QMM_MAX_DIM (default 65535), TORCH_NPU_FALLBACK_CPU_DISABLE.
 """
 
@@ -55,12 +57,15 @@ def _visible_count() -> int:
     return count
 
 
+_FLOAT8_SOCS = ("Ascend950",)  # Atlas A2 (910B) and A3 (910_93) hold no float8
+
 __version__ = _os.environ.get("TESTBED_TORCH_NPU_VERSION", "2.12.0")
 
 from . import _testbed, npu, utils  # noqa: E402
 from ._ops import get_npu_format, npu_format_cast  # noqa: E402
 
 _npu_device.activate(backend_module=npu, count=_visible_count())
+_npu_device.set_float8_storage(npu.DEVICE_NAME.startswith(_FLOAT8_SOCS))
 _sys.modules["torch.npu.memory"] = npu.memory
 
 _ops_wanted = {

@@ -8,6 +8,7 @@ Ascend 910B3 whose allocated bytes are the CPU bytes held by live npu tensors.
 from __future__ import annotations
 
 import contextlib
+import os
 import time
 
 import torch
@@ -16,7 +17,7 @@ from testbed import npu_device as _dev
 
 from .. import _testbed
 
-DEVICE_NAME = "Ascend910B3"
+DEVICE_NAME = os.environ.get("TESTBED_NPU_NAME", "Ascend910B3")  # the SoC (TESTBED_NPU_NAME)
 TOTAL_MEMORY = 64 * 1024**3
 _RUNTIME_OVERHEAD = 1536 * 1024**2  # what the CANN runtime itself takes
 _reserved: dict = {}
