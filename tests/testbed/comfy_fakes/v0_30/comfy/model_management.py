@@ -1,4 +1,4 @@
-"""Fake ``comfy.model_management`` (shape v0_29, ComfyUI ~0.30 + post-0.29 probes).
+"""Fake ``comfy.model_management`` (shape v0_30, ComfyUI 0.30 + post-0.29 probes).
 
 Mirrors upstream where the Ascend shim is concerned (FACTS §2.1-2.3, §2.6):
 - import order: cli_args -> torch -> comfy.utils -> comfy.quant_ops (kitchen)
@@ -12,7 +12,12 @@ Mirrors upstream where the Ascend shim is concerned (FACTS §2.1-2.3, §2.6):
 - import-time constants ``MAX_PINNED_MEMORY`` (RAM x 0.90), ``NUM_STREAMS`` (2),
   ``MIN_WEIGHT_MEMORY_RATIO`` (0.0) and ``PRIORITIZE_FP16`` follow ``is_nvidia()``.
 Model loading itself is reduced to a list of loaded models with ``.device`` and
-``.model_unload()``.
+``.model_unload()``; ``load_models_gpu`` asks each patcher to ``patch_model()``.
+Weight dtypes (ComfyUI 0.30): ``unet_dtype`` (``--fp8_*-unet`` flags, an fp8 file
+kept as fp8 when fp8 compute exists or the model is too big),
+``text_encoder_dtype`` (``--fp8_*-text-enc``), ``unet_manual_cast``,
+``supports_cast(device, dtype)`` (fp8 refused only on MPS and DirectML) and
+``pick_weight_dtype``.
 """
 import logging
 import os
@@ -378,6 +383,62 @@ def unet_dtype(device=None, model_params=0, supported_dtypes=[torch.float16, tor
     return torch.float32
 
 
+def dtype_size(dtype):
+    return torch.empty((), dtype=dtype).element_size() if dtype is not None else 4
+
+
+def unet_offload_device():
+    return torch.device("cpu")
+
+
+def unet_manual_cast(weight_dtype, inference_device, supported_dtypes=[torch.float16, torch.bfloat16, torch.float32]):
+    if weight_dtype in (torch.float32, torch.float64):
+        return None
+    fp16_ok = should_use_fp16(inference_device, prioritize_performance=True)
+    bf16_ok = should_use_bf16(inference_device)
+    if (fp16_ok and weight_dtype == torch.float16) or (bf16_ok and weight_dtype == torch.bfloat16):
+        return None
+    for dt in supported_dtypes:
+        if dt == torch.float16 and fp16_ok:
+            return torch.float16
+        if dt == torch.bfloat16 and bf16_ok:
+            return torch.bfloat16
+    return torch.float32
+
+
+def text_encoder_dtype(device=None):
+    for flag, dt in (("fp8_e4m3fn_text_enc", torch.float8_e4m3fn), ("fp8_e5m2_text_enc", torch.float8_e5m2),
+                     ("fp16_text_enc", torch.float16), ("bf16_text_enc", torch.bfloat16),
+                     ("fp32_text_enc", torch.float32)):
+        if getattr(args, flag):
+            return dt
+    return torch.float16
+
+
+def text_encoder_offload_device():
+    return torch.device("cpu")
+
+
+def supports_cast(device, dtype):
+    if dtype in (torch.float32, torch.float16):
+        return True
+    if directml_enabled:
+        return False
+    if dtype == torch.bfloat16:
+        return True
+    if is_device_mps(device):
+        return False
+    return dtype in (torch.float8_e4m3fn, torch.float8_e5m2)
+
+
+def pick_weight_dtype(dtype, fallback_dtype, device=None):
+    if dtype is None or dtype_size(dtype) > dtype_size(fallback_dtype):
+        dtype = fallback_dtype
+    if not supports_cast(device, dtype):
+        dtype = fallback_dtype
+    return dtype
+
+
 def text_encoder_device():
     if args.gpu_only:
         return get_torch_device()
@@ -481,6 +542,13 @@ def unpin_memory(tensor):
         return True
     logging.warning("Unpin error.")
     return False
+
+
+def load_models_gpu(models, force_full_load=False):
+    for patcher in models:
+        patcher.patch_model()
+        if patcher not in current_loaded_models:
+            current_loaded_models.append(patcher)
 
 
 def synchronize():
