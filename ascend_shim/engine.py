@@ -48,7 +48,7 @@ def start() -> None:
         except Exception as exc:
             _state["error"] = "wrapt is not importable (%s: %s); fix: %s" % (
                 type(exc).__name__, exc, WRAPT_FIX)
-            log.warning("nothing is patched: %s", _state["error"])
+            log.warning("ascend_shim patches nothing: %s", _state["error"])
         _state["started"] = True
 
 

@@ -1,0 +1,278 @@
+"""The patch engine and the patch-writing API, in process, with throwaway modules.
+
+Fast: no venv, no subprocess. Each test gives the engine its own records
+(``engine_with``) and delivers module objects the way the import hook does.
+The process-boundary behaviour lives in test_bootstrap.py and
+test_reliability.py.
+"""
+
+import copy
+import functools
+import importlib
+import pickle
+import sys
+import types
+from concurrent.futures import ProcessPoolExecutor
+
+import pytest
+
+import ascend_shim
+from ascend_shim import _config, _records, engine
+from ascend_shim.patching import APPLIED, DISABLED, FAILED, PENDING, REMOVED, SKIPPED, Changes, Patch, argument, bind
+
+
+@pytest.fixture
+def engine_with(monkeypatch):
+    """engine_with(*patches): a fresh engine whose records are these patches."""
+
+    def make(*patches, env=None):
+        monkeypatch.setattr(_records, "_records", {})
+        monkeypatch.setattr(engine, "_modules", {})
+        monkeypatch.setattr(engine, "_late", set())
+        monkeypatch.setattr(engine, "_state", {"started": False, "error": None})
+        monkeypatch.setattr(_config, "_cached", _config.Config(env or {}))
+        _records.create(patches)
+        engine.start()
+        return engine
+
+    return make
+
+
+def module(name, source):
+    """A throwaway module importable by name (so wrappers pickle by reference)."""
+    mod = types.ModuleType(name)
+    exec(compile(source, "<%s>" % name, "exec"), mod.__dict__)
+    sys.modules[name] = mod
+    return mod
+
+
+@pytest.fixture
+def target():
+    name = "shimtest_target"
+    yield lambda source="def f(x):\n    return x\nLIMIT = 1\n": module(name, source)
+    sys.modules.pop(name, None)
+
+
+def plus_one(wrapped, instance, args, kwargs):
+    return wrapped(*args, **kwargs) + 1
+
+
+def wrap_f(changes, mod):
+    changes.wrap(mod, "f", plus_one)
+
+
+def state(name):
+    return _records.state_of(name)
+
+
+def test_a_patch_waits_for_every_module_it_requires(engine_with, target):
+    other = module("shimtest_other", "READY = True\n")
+    try:
+        engine_with(Patch("p", "shimtest_target", "s", wrap_f, requires=("shimtest_other",)))
+        mod = target()
+        engine.on_import(mod)
+        assert state("p") == PENDING and mod.f(1) == 1
+        engine.on_import(other)
+        assert state("p") == APPLIED and mod.f(1) == 2
+    finally:
+        sys.modules.pop("shimtest_other", None)
+
+
+def test_after_orders_patches_and_skips_when_the_first_is_not_applied(engine_with, target):
+    order = []
+
+    def note(name):
+        def apply(changes, mod):
+            order.append(name)
+        return apply
+
+    engine_with(
+        Patch("second", "shimtest_target", "s", note("second"), after=("first",)),
+        Patch("first", "shimtest_target", "s", note("first")),
+        Patch("third", "shimtest_target", "s", note("third"), after=("skipped",)),
+        Patch("skipped", "shimtest_target", "s", note("never"), guard=lambda mod: "not here"),
+    )
+    engine.on_import(target())
+    assert order == ["first", "second"]
+    assert state("third") == SKIPPED
+    assert _records.records()["third"].reason == "needs skipped applied first (skipped)"
+
+
+def test_a_failing_guard_is_recorded_and_never_raises(engine_with, target, caplog):
+    def broken(mod):
+        raise TypeError("changed type")
+
+    engine_with(Patch("p", "shimtest_target", "s", wrap_f, guard=broken),
+                Patch("q", "shimtest_target", "s", wrap_f))
+    mod = target()
+    engine.on_import(mod)
+    assert state("p") == FAILED and _records.records()["p"].reason == "TypeError: changed type"
+    assert state("q") == APPLIED and mod.f(1) == 2
+    assert "patch p on shimtest_target failed" in caplog.text
+
+
+def test_strict_mode_raises_the_failure(engine_with, target):
+    def broken(changes, mod):
+        raise ValueError("boom")
+
+    engine_with(Patch("p", "shimtest_target", "s", broken), env={"ASCEND_SHIM_STRICT": "1"})
+    with pytest.raises(ValueError):
+        engine.on_import(target())
+
+
+def test_a_half_applied_patch_is_undone(engine_with, target):
+    def half(changes, mod):
+        changes.wrap(mod, "f", plus_one)
+        changes.assign(mod, "LIMIT", 2)
+        raise RuntimeError("second step failed")
+
+    engine_with(Patch("p", "shimtest_target", "s", half))
+    mod = target()
+    original = mod.f
+    engine.on_import(mod)
+    assert state("p") == FAILED and mod.f is original and mod.LIMIT == 1
+
+
+def test_a_fresh_module_object_is_patched_again(engine_with, target):
+    engine_with(Patch("p", "shimtest_target", "s", wrap_f))
+    first = target()
+    engine.on_import(first)
+    kept = first.f
+    second = target()  # del sys.modules[...] and a new import
+    engine.on_import(second)
+    assert second.f(1) == 2 and kept(1) == 2
+    assert engine.patch_status()[0]["in_place"] is True
+
+
+def test_a_reload_keeps_the_patches_and_status_tells_the_truth(engine_with, target):
+    engine_with(Patch("p", "shimtest_target", "s", wrap_f),
+                Patch("limit", "shimtest_target", "s", lambda c, m: c.assign(m, "LIMIT", -1)))
+    mod = target()
+    engine.on_import(mod)
+    exec("def f(x):\n    return x\nLIMIT = 1\n", mod.__dict__)  # what a reload does to the object
+    rows = {r["name"]: r for r in engine.patch_status()}
+    assert rows["p"]["in_place"] is False and rows["limit"]["in_place"] is False
+    engine.on_import(mod)  # the hook delivers the reloaded module
+    rows = {r["name"]: r for r in engine.patch_status()}
+    assert mod.f(1) == 2 and mod.LIMIT == -1
+    assert rows["p"]["in_place"] is True and rows["limit"]["in_place"] is True
+
+
+def test_remove_restores_originals_but_never_a_value_set_later(engine_with, target):
+    engine_with(Patch("p", "shimtest_target", "s", wrap_f),
+                Patch("limit", "shimtest_target", "s", lambda c, m: c.assign(m, "LIMIT", -1)))
+    mod = target()
+    original = mod.f
+    engine.on_import(mod)
+    mod.LIMIT = 7  # the user's own setting, after the patch
+    engine.remove_all()
+    assert mod.f is original and mod.LIMIT == 7
+    assert state("p") == REMOVED and state("limit") == REMOVED
+    engine.on_import(target())  # imported again: patched again
+    assert state("p") == APPLIED
+
+
+def test_disabled_names_match_case_insensitively(engine_with, target):
+    engine_with(Patch("is_nvidia", "shimtest_target", "s", wrap_f),
+                env={"ASCEND_SHIM_DISABLE": " IS_Nvidia , no_such"})
+    engine.on_import(target())
+    assert state("is_nvidia") == DISABLED
+    assert engine.unknown_disable_names() == ["no_such"]
+
+
+def test_without_wrapt_nothing_is_patched_and_the_fix_is_named(engine_with, target, monkeypatch):
+    monkeypatch.setitem(sys.modules, "wrapt", None)  # import wrapt now raises ImportError
+    engine_with(Patch("p", "shimtest_target", "s", wrap_f))
+    mod = target()
+    engine.on_import(mod)
+    assert state("p") == FAILED and mod.f(1) == 1
+    assert "pip install 'wrapt>=1.14'" in engine.error()
+    assert _records.records()["p"].reason == engine.error()
+
+
+def test_every_patch_target_goes_through_the_hook():
+    from ascend_shim import _hook
+    from ascend_shim.patches import PATCHES
+
+    for patch in PATCHES:
+        for name in patch.modules:
+            assert _hook.is_watched(name), "%s needs %s, which the finder never hooks" % (patch.name, name)
+
+
+# -- patching: wrappers behave like the functions they replace ---------------
+
+
+@pytest.fixture
+def wrapped_target(target):
+    mod = target()
+    changes = Changes()
+    changes.wrap(mod, "f", plus_one)
+    return mod, changes
+
+
+def test_wrapped_functions_pickle_by_reference(wrapped_target):
+    mod, _ = wrapped_target
+    assert pickle.loads(pickle.dumps(mod.f)) is mod.f
+    holder = functools.partial(mod.f, 1)
+    assert pickle.loads(pickle.dumps(holder))() == 2
+
+
+def test_wrapped_functions_copy_as_themselves(wrapped_target):
+    mod, _ = wrapped_target
+    assert copy.copy(mod.f) is mod.f and copy.deepcopy(mod.f) is mod.f
+    options = copy.deepcopy({"callback": mod.f, "nested": [functools.partial(mod.f, 2)]})
+    assert options["callback"] is mod.f and options["nested"][0]() == 3
+
+
+def test_wrapped_functions_reach_a_process_pool(wrapped_target):
+    mod, _ = wrapped_target
+    with ProcessPoolExecutor(1, mp_context=__import__("multiprocessing").get_context("fork")) as pool:
+        assert pool.submit(mod.f, 41).result(timeout=60) == 42
+
+
+def test_undo_under_a_stacked_wrapper_turns_ours_off(wrapped_target):
+    import wrapt
+
+    mod, changes = wrapped_target
+    wrapt.wrap_function_wrapper(mod, "f", lambda w, i, a, k: w(*a, **k) * 10)
+    assert mod.f(1) == 20 and changes.in_place()  # still reachable under the other one
+    changes.undo()
+    assert mod.f(1) == 10  # the other wrapper stays, ours is inert
+
+
+def test_wrap_a_method_by_path_and_undo_it(target):
+    mod = target("class Executor:\n    def execute(self, x):\n        return x\n")
+    original = vars(mod.Executor)["execute"]
+    changes = Changes()
+    changes.wrap(mod, "Executor.execute", plus_one)
+    assert mod.Executor().execute(1) == 2 and changes.in_place()
+    changes.undo()
+    assert vars(mod.Executor)["execute"] is original
+
+
+def test_bound_wrappers_use_their_own_module_not_sys_modules(target):
+    mod = target("def f(x):\n    return x\nSCALE = 3\n")
+
+    def scaled(module, wrapped, instance, args, kwargs):
+        return wrapped(*args, **kwargs) * module.SCALE
+
+    Changes().wrap(mod, "f", bind(scaled, mod))
+    kept = mod.f
+    del sys.modules["shimtest_target"]
+    assert kept(2) == 6
+
+
+def test_argument_reads_position_or_keyword():
+    assert argument((1, 2), {}, 1, "b") == 2
+    assert argument((1,), {"b": 5}, 1, "b") == 5
+    assert argument((), {}, 0, "a", default="d") == "d"
+
+
+def test_the_package_init_defines_only_the_startup_path():
+    # what the .pth runs in every interpreter of the venv: no engine, no wrapt
+    names = {n for n in vars(ascend_shim) if not n.startswith("__")}
+    assert {"init", "ImportHookFinder", "HookedLoader", "LegacyHookedLoader", "status"} <= names
+    source = importlib.util.find_spec("ascend_shim").origin
+    text = open(source).read()
+    for heavy in ("import wrapt", "import threading", "import logging", "import importlib"):
+        assert heavy not in text
