@@ -254,7 +254,7 @@ def collect(comfyui_dir=None):
     return report
 
 
-def _print(report):
+def _print(report, comfyui_dir=None):
     torch = report["torch"]
     npu = report["npu"]
     lines = [
@@ -269,7 +269,7 @@ def _print(report):
         "kitchen     %s" % ((report["comfy_kitchen"].get("version") or "?") +
                             (" (upstream ascend backend)" if report["comfy_kitchen"].get("upstream_ascend_backend") else "")
                             if report["comfy_kitchen"]["installed"] else "not installed"),
-        "ComfyUI     %s" % _comfyui_line(report["comfyui"]),
+        "ComfyUI     %s" % _comfyui_line(report["comfyui"], comfyui_dir),
         "shim        %s, %s" % (report["shim"]["version"], _shim_line(report["shim"])),
         "NPU memory  PYTORCH_NPU_ALLOC_CONF: %s" % report["alloc_conf"],
     ]
@@ -293,7 +293,9 @@ def verdict(report):
             else "PROBLEMS found: see the fixes above")
 
 
-def _comfyui_line(comfyui):
+def _comfyui_line(comfyui, given):
+    if comfyui is None and given:
+        return "not found in %s" % os.path.abspath(given)
     if comfyui is None:
         return "not found here (run doctor in the ComfyUI folder, or pass --comfyui DIR)"
     support = "" if comfyui["supports_ascend"] else ", predates Ascend support"
@@ -302,7 +304,7 @@ def _comfyui_line(comfyui):
 
 def _shim_line(shim):
     if shim["active"]:
-        return "active (%s)" % shim["how"]
+        return "active, started by %s" % shim["how"]
     return "NOT active: %s" % shim["why_not"]
 
 
@@ -311,5 +313,5 @@ def main(options):
     if options.json:
         print(json.dumps(report, indent=2, sort_keys=True, default=str))
     else:
-        _print(report)
+        _print(report, getattr(options, "comfyui", None))
     return 0 if report["ok"] else 1

@@ -15,6 +15,7 @@ import sys
 
 WIDTH = 100
 COLUMNS = ("name", "target", "state", "detail")
+NOT_THERE = "not in this version"
 NEXT_IMPORT = "python -m ascend_shim status --import comfy.model_management"
 
 
@@ -66,19 +67,23 @@ def import_all(names, modules, status):
     for name in follow_up(done, status()["patches"], modules):
         error = _import(name)
         if error and error.startswith("ModuleNotFoundError") and "'%s'" % name in error:
-            error = "not in this version"
+            error = NOT_THERE
         report["followed"][name] = error
     return report
 
 
 def _failed(imports):
     return [(n, e) for part in ("asked", "followed") for n, e in imports[part].items()
-            if e is not None and e != "not in this version"]
+            if e is not None and e != NOT_THERE]
 
 
-def _detail(row, modules, alloc_note):
+def _detail(row, modules, alloc_note, absent):
     if row["state"] == "pending":
-        return "waiting for %s to be imported" % ", ".join(waiting_for(row, modules))
+        waiting = waiting_for(row, modules)
+        gone = [name for name in waiting if name in absent]
+        if gone:
+            return "does not apply: this version has no %s" % ", ".join(gone)
+        return "waiting for %s to be imported" % ", ".join(waiting)
     reason = row.get("reason") or ""
     if row["name"] == "alloc_conf" and row["state"] == "applied" and alloc_note:
         return "%s, but no effect: %s" % (reason, alloc_note)
@@ -120,9 +125,10 @@ def collect(imports_asked):
     data = _engine_status(ascend_shim)
     machine = hardware.see()
     note = _alloc_note(machine)
+    absent = {name for name, error in imports["followed"].items() if error == NOT_THERE}
     for row in data["patches"]:
         row["waiting_for"] = waiting_for(row, modules)
-        row["detail"] = _detail(row, modules, note)
+        row["detail"] = _detail(row, modules, note, absent)
     data.update(startup=startup, machine=machine, imports=imports)
     return data
 
@@ -140,7 +146,7 @@ def headline(data):
     startup, machine = data["startup"], data["machine"]
     lines = ["ascend_shim %s" % _version()]
     if startup["active"]:
-        lines.append("  import hook  installed at startup (%s)" % startup["how"])
+        lines.append("  import hook  installed at startup by %s" % startup["how"])
     else:
         lines.append("  import hook  NOT installed at startup: %s" % startup["why_not"])
     lines.append("  machine      %s" % machine["summary"])

@@ -1,15 +1,21 @@
-"""status / doctor / selftest / bench at the process boundary: no torch, CPU torch, simulated NPU."""
+"""status / selftest / bench and the CLI's conventions, at the process boundary.
+
+No torch, CPU torch and the simulated NPU; every command as a user runs it.
+``doctor`` has its own file, tests/test_doctor.py.
+"""
 
 import json
+import os
+import subprocess
 
 import pytest
 
 import harness
 
-DOCTOR_KEYS = {"python", "torch", "torch_npu", "cann", "npu", "comfy_kitchen", "comfyui", "shim",
-               "environment", "findings", "ok"}
-STATUS_KEYS = {"shim", "patches", "int8", "cpu_fallbacks"}
-PATCH_KEYS = {"name", "target", "summary", "state", "reason", "late", "in_place", "version"}
+STATUS_KEYS = {"shim", "patches", "int8", "cpu_fallbacks", "startup", "machine", "imports"}
+# what status shows of each patch (the engine may report more)
+PATCH_KEYS = {"name", "target", "summary", "state", "reason", "late", "in_place", "version",
+              "waiting_for", "detail"}
 
 
 def cli(python, args, cwd, env):
@@ -20,6 +26,10 @@ def as_json(proc):
     return json.loads(proc.stdout)
 
 
+def no_traceback(proc):
+    return "Traceback" not in proc.stderr and "Traceback" not in proc.stdout
+
+
 @pytest.fixture
 def no_torch_python(venv_for):
     python = venv_for("3.12")
@@ -28,62 +38,126 @@ def no_torch_python(venv_for):
     return python
 
 
-def test_without_torch(no_torch_python, tmp_path):
-    env = harness.scrubbed_env()
-    status = cli(no_torch_python, ["status", "--json"], tmp_path, env)
-    assert status.returncode == 0 and set(as_json(status)) == STATUS_KEYS
-    assert all(set(row) == PATCH_KEYS for row in as_json(status)["patches"])
-    doctor = cli(no_torch_python, ["doctor", "--json"], tmp_path, env)
-    report = as_json(doctor)
-    assert set(report) == DOCTOR_KEYS
-    assert doctor.returncode == 1 and report["ok"] is False
-    assert report["torch"]["installed"] is False
-    assert [f["what"] for f in report["findings"] if f["severity"] == "problem"] == \
-        ["torch is not installed in this interpreter"]
-    assert report["shim"]["active"] is True and report["shim"]["pth"]
-    text = cli(no_torch_python, ["doctor"], tmp_path, env)
-    assert "[problem] torch is not installed in this interpreter" in text.stdout
-    selftest = cli(no_torch_python, ["selftest"], tmp_path, env)
+def test_quick_start_status_without_torch(no_torch_python, tmp_path):
+    """The README's first command: installed, no NPU, what next; no blank reasons."""
+    proc = cli(no_torch_python, ["status"], tmp_path, harness.scrubbed_env())
+    assert proc.returncode == 0 and proc.stderr == ""
+    lines = proc.stdout.splitlines()
+    assert "  import hook  installed at startup by ascend_shim.pth" in lines
+    assert ("  machine      no NPU: torch is not installed in this interpreter, "
+            "the shim will stay inert") in lines
+    assert lines[-1].startswith("next: nothing to do on this machine")
+    assert max(len(line) for line in lines) <= 100
+    rows = [line for line in lines if line.split()[:1] and line.split()[0] in ("is_nvidia", "mmap")]
+    assert len(rows) == 2 and all("waiting for comfy." in row for row in rows)
+
+    data = as_json(cli(no_torch_python, ["status", "--json"], tmp_path, harness.scrubbed_env()))
+    assert set(data) == STATUS_KEYS
+    assert all(PATCH_KEYS <= set(row) for row in data["patches"])
+    pending = [row for row in data["patches"] if row["state"] == "pending"]
+    assert pending and all(row["waiting_for"] and row["detail"].startswith("waiting for ")
+                           for row in pending)
+    assert data["startup"]["active"] is True and data["machine"]["npu"] is False
+
+
+def test_status_when_switched_off_says_so(no_torch_python, tmp_path):
+    proc = cli(no_torch_python, ["status"], tmp_path, harness.scrubbed_env(ASCEND_SHIM="0"))
+    assert proc.returncode == 0
+    assert "  import hook  NOT installed at startup: switched off by ASCEND_SHIM=0" in proc.stdout
+    assert proc.stdout.splitlines()[-1] == "next: unset ASCEND_SHIM to switch the shim back on"
+
+
+def test_status_on_the_npu_names_the_machine_and_the_next_step(bed_python, tmp_path):
+    proc = cli(bed_python, ["status"], tmp_path, harness.bed_env("ascend-cu130"))
+    assert proc.returncode == 0
+    assert "  machine      1 x Ascend910B3 (torch " in proc.stdout
+    assert "status --import comfy.model_management" in proc.stdout.splitlines()[-1]
+
+
+def test_status_import_brings_in_what_the_patches_wait_for(bed_python, tmp_path):
+    """v0.3.45: mmap and announce wait for comfy.utils, which ComfyUI imports at start."""
+    env = harness.bed_env("ascend-cu130", comfy="v0_3_45")
+    data = as_json(cli(bed_python, ["status", "--json", "--import", "comfy.model_management"],
+                       tmp_path, env))
+    assert data["imports"]["asked"] == {"comfy.model_management": None}
+    followed = data["imports"]["followed"]
+    assert followed["comfy.utils"] is None
+    assert all(name.startswith("comfy.") and error in (None, "not in this version")
+               for name, error in followed.items())
+    rows = {row["name"]: row for row in data["patches"]}
+    assert rows["mmap"]["state"] == "applied" and rows["announce"]["state"] == "applied"
+    assert rows["is_nvidia"]["state"] == "applied"
+    table = cli(bed_python, ["status", "--import", "comfy.model_management"], tmp_path, env)
+    assert table.returncode == 0
+    assert "  also         comfy.utils (a patch waits for it)" in table.stdout
+    assert max(len(line) for line in table.stdout.splitlines()) <= 100
+    verbose = cli(bed_python, ["status", "-v", "--import", "comfy.model_management"], tmp_path, env)
+    assert "is_nvidia on comfy.model_management: applied" in verbose.stdout
+
+
+def test_status_import_failure_exits_1(bed_python, tmp_path):
+    proc = cli(bed_python, ["status", "--import", "no_such_module_here"], tmp_path,
+               harness.bed_env("ascend-cu130"))
+    assert proc.returncode == 1 and no_traceback(proc)
+    assert "could not import no_such_module_here: ModuleNotFoundError" in proc.stderr
+    assert "  imported     no_such_module_here  FAILED: ModuleNotFoundError" in proc.stdout
+
+
+def test_status_alloc_conf_tells_when_torch_npu_does_not_import(bed_python, tmp_path):
+    env = harness.bed_env("ascend-cpu", comfy="v0_29",
+                          TESTBED_TORCH_NPU_IMPORT_ERROR="libhccl.so: cannot open shared object file")
+    data = as_json(cli(bed_python, ["status", "--json", "--import", "comfy"], tmp_path, env))
+    row = {r["name"]: r for r in data["patches"]}["alloc_conf"]
+    assert row["state"] == "applied"
+    assert row["detail"].endswith("but no effect: torch_npu does not import "
+                                  "(ImportError: libhccl.so: cannot open shared object file)")
+
+
+@pytest.mark.parametrize("reader", ["head -2", "true"])
+def test_status_into_a_closed_pipe_is_quiet(bed_python, tmp_path, reader):
+    command = "'%s' -m ascend_shim status; echo \"rc=$?\" >&2" % bed_python
+    proc = subprocess.run(["bash", "-c", "{ %s; } | %s" % (command, reader)], cwd=str(tmp_path),
+                          env=harness.bed_env("ascend-cu130"), capture_output=True, text=True,
+                          timeout=300)
+    assert proc.stderr.strip().splitlines() == ["rc=0"]
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--m", "abc"], "argument --m: 'abc' is not a token count >= 1"),
+    (["--m", "0"], "argument --m: '0' is not a token count >= 1"),
+    (["--m", "16,"], "argument --m: '16,': give comma-separated whole numbers"),
+    (["--repeat", "0"], "argument --repeat: '0' is not a whole number >= 1"),
+    (["--warmup", "-3"], "argument --warmup: '-3' is not a whole number >= 0"),
+])
+def test_bad_bench_options_are_usage_errors(no_torch_python, tmp_path, args, message):
+    proc = cli(no_torch_python, ["bench", *args], tmp_path, harness.scrubbed_env())
+    assert proc.returncode == 2 and no_traceback(proc)
+    assert message in proc.stderr and "usage:" in proc.stderr
+
+
+def test_no_npu_exit_code_is_3_for_selftest_and_bench(no_torch_python, bed_python, tmp_path):
+    selftest = cli(no_torch_python, ["selftest"], tmp_path, harness.scrubbed_env())
     assert selftest.returncode == 3 and "selftest needs an Ascend NPU" in selftest.stdout
-
-
-def test_with_cpu_torch(bed_python, tmp_path):
-    env = harness.bed_env(machine=None)
-    report = as_json(cli(bed_python, ["doctor", "--json"], tmp_path, env))
-    assert set(report) == DOCTOR_KEYS
-    assert report["ok"] is True and report["torch"]["installed"] is True
-    assert report["torch_npu"]["installed"] is False and report["npu"]["available"] is False
-    status = as_json(cli(bed_python, ["status", "--json"], tmp_path, env))
-    assert set(status) == STATUS_KEYS and status["shim"]["finder_installed"] is True
-    bench = cli(bed_python, ["bench", "--m", "16", "--repeat", "2", "--warmup", "1"], tmp_path, env)
-    assert bench.returncode == 0 and "host overhead only" in bench.stdout
+    bench = cli(bed_python, ["bench", "--m", "16", "--repeat", "2", "--warmup", "1"], tmp_path,
+                harness.bed_env(machine=None))
+    assert bench.returncode == 3 and "host overhead only" in bench.stdout
     assert bench.stdout.count("| 16 |") == 4
+    assert "bench: 1/4 attention out M=16 K=3840 N=3840" in bench.stderr.splitlines()
 
 
-def test_on_the_simulated_npu(bed_python, tmp_path):
-    comfy = harness.COMFY_FAKES / "v0_29"
-    env = harness.bed_env("ascend-cu130", kitchen="0.2.40")
-    doctor = cli(bed_python, ["doctor", "--json", "--comfyui", str(comfy)], tmp_path, env)
-    report = as_json(doctor)
-    assert set(report) == DOCTOR_KEYS and doctor.returncode == 0
-    assert report["npu"] == {"available": True, "count": 1, "name": "Ascend910B3"}
-    assert report["torch"]["cuda_build"] is True
-    assert report["torch_npu"]["quant_ops"] == {"npu_dynamic_quant": True, "npu_quant_matmul": True}
-    assert report["cann"] == "9.1.0-beta.1"
-    assert report["comfy_kitchen"]["version"] == "0.2.40"
-    assert report["comfy_kitchen"]["upstream_ascend_backend"] is True
-    assert report["comfyui"]["version"] == "0.30.2"
-    assert [f for f in report["findings"] if f["severity"] == "problem"] == []
+def test_internal_error_is_one_line_and_exit_4(bed_python, tmp_path):
+    code = ("import sys\nfrom ascend_shim import cli, status_cmd\n"
+            "def broken(options):\n    raise KeyError('boom')\n"
+            "status_cmd.main = broken\nsys.exit(cli.main(['status']))\n")
+    proc = harness.run([str(bed_python), "-c", code], harness.bed_env(machine=None), tmp_path)
+    assert proc.returncode == 4 and no_traceback(proc)
+    assert proc.stderr.startswith("ascend_shim status failed: KeyError: 'boom' (this is a bug")
 
-    off = cli(bed_python, ["doctor", "--json"], tmp_path, dict(env, ASCEND_SHIM="0"))
-    problems = [f["what"] for f in as_json(off)["findings"] if f["severity"] == "problem"]
-    assert off.returncode == 1
-    assert any("CUDA build on an NPU machine" in p for p in problems)
 
-    status = as_json(cli(bed_python, ["status", "--json", "--import", "comfy_kitchen"], tmp_path, env))
-    rows = {row["name"]: row for row in status["patches"]}
-    assert rows["kitchen_int8"]["state"] == "applied" and rows["kitchen_int8"]["version"] == "0.2.40"
-    assert status["int8"]["priority"][:3] == ["ascend", "ascend_shim", "ascend_shim_fallback"]
+def test_console_script_is_installed(no_torch_python, tmp_path):
+    script = os.path.join(os.path.dirname(str(no_torch_python)), "ascend-shim")
+    proc = harness.run([script, "status"], harness.scrubbed_env(), tmp_path)
+    assert proc.returncode == 0 and "import hook  installed at startup" in proc.stdout
 
 
 def test_selftest_and_bench_end_to_end_on_the_bed(bed_python, tmp_path):
@@ -101,6 +175,7 @@ def test_selftest_and_bench_end_to_end_on_the_bed(bed_python, tmp_path):
 
     bench = cli(bed_python, ["bench", "--json", "--m", "16", "--repeat", "1", "--warmup", "0"], tmp_path, env)
     data = as_json(bench)
+    assert bench.returncode == 0
     assert data["npu"] is True and len(data["rows"]) == 4
     assert all(row["int8_ms"] > 0 and row["bf16_ms"] > 0 for row in data["rows"])
 

@@ -1,0 +1,152 @@
+"""``doctor`` at the process boundary: it says OK only where ComfyUI will run.
+
+Each case is a machine of the simulated test bed (or a venv without torch)
+and a ComfyUI shape; doctor's verdict is checked against what really
+happens when that ComfyUI is imported there.
+"""
+
+import json
+import os
+
+import pytest
+
+import harness
+
+DOCTOR_KEYS = {"python", "torch", "torch_npu", "cann", "npu", "comfy_kitchen", "comfyui", "shim",
+               "alloc_conf", "environment", "findings", "ok"}
+
+
+def doctor(python, cwd, env, *args):
+    return harness.run([str(python), "-m", "ascend_shim", "doctor", *args], env, cwd, timeout=300)
+
+
+def problems(report):
+    return [f for f in report["findings"] if f["severity"] == "problem"]
+
+
+@pytest.fixture
+def plain_venv(tmp_path):
+    """A venv with wrapt and no shim installed (for the no-install mode)."""
+    pythons = harness.pyenv_pythons()
+    if "3.11" not in pythons:
+        pytest.skip("needs Python 3.11")
+    harness.run([pythons["3.11"], "-m", "venv", str(tmp_path / "plain")], harness.scrubbed_env(),
+                tmp_path, check=True)
+    python = tmp_path / "plain" / "bin" / "python"
+    harness.run([str(python), "-m", "pip", "install", "-q", "--no-index", "--find-links",
+                 str(harness.wheelhouse_for(pythons["3.11"])), "wrapt"],
+                harness.scrubbed_env(), tmp_path, check=True)
+    return python
+
+
+def test_comfyui_before_ascend_support_is_a_problem(bed_python, tmp_path):
+    """v0.3.10 on the users' box: its import dies, so doctor must not say OK."""
+    comfy = harness.COMFY_FAKES / "v0_3_10"
+    env = harness.bed_env("ascend-cu130", comfy="v0_3_10")
+    crash = harness.run([str(bed_python), "-c", "import comfy.model_management"], env, tmp_path)
+    assert "Found no NVIDIA driver" in crash.stderr
+
+    proc = doctor(bed_python, tmp_path, env, "--comfyui", str(comfy))
+    assert proc.returncode == 1
+    assert ("[problem] ComfyUI 0.3.10 in %s predates Ascend support (v0.3.11): it cannot run on "
+            "this NPU, and the shim leaves it alone" % comfy) in proc.stdout
+    assert "    fix: upgrade ComfyUI to v0.3.11 or newer" in proc.stdout
+    assert proc.stdout.rstrip().endswith("PROBLEMS found: ComfyUI will not run properly on the NPU")
+    report = json.loads(doctor(bed_python, tmp_path, env, "--json", "--comfyui", str(comfy)).stdout)
+    assert set(report) == DOCTOR_KEYS and report["comfyui"]["supports_ascend"] is False
+
+
+def test_supported_comfyui_on_the_npu_is_ok(bed_python, tmp_path):
+    comfy = harness.COMFY_FAKES / "v0_29"
+    env = harness.bed_env("ascend-cu130", kitchen="0.2.40")
+    proc = doctor(bed_python, tmp_path, env, "--json", "--comfyui", str(comfy))
+    report = json.loads(proc.stdout)
+    assert proc.returncode == 0 and problems(report) == []
+    assert report["npu"] == {"available": True, "count": 1, "name": "Ascend910B3"}
+    assert report["torch"]["cuda_build"] is True
+    assert report["torch_npu"]["quant_ops"] == {"npu_dynamic_quant": True, "npu_quant_matmul": True}
+    assert report["cann"] == "9.1.0-beta.1"
+    assert report["comfy_kitchen"]["version"] == "0.2.40"
+    assert report["comfy_kitchen"]["upstream_ascend_backend"] is True
+    assert report["comfyui"]["version"] == "0.30.2" and report["comfyui"]["supports_ascend"] is True
+    assert report["alloc_conf"] == "expandable_segments:True, set by the shim when ComfyUI starts"
+
+
+@pytest.mark.parametrize("machine", ["cpu", "nvidia"])
+def test_no_claims_about_an_npu_on_other_machines(bed_python, tmp_path, machine):
+    proc = doctor(bed_python, tmp_path, harness.bed_env(machine), "--comfyui",
+                  str(harness.COMFY_FAKES / "v0_29"))
+    assert proc.returncode == 0
+    assert "the NPU" not in proc.stdout
+    assert proc.stdout.rstrip().endswith("OK: no Ascend NPU here, so the shim stays inert; nothing to fix")
+
+
+def test_missing_comfyui_folder_is_named_not_asked_for(bed_python, tmp_path):
+    missing = tmp_path / "nonexistent"
+    proc = doctor(bed_python, tmp_path, harness.bed_env("ascend-cu130"), "--comfyui", str(missing))
+    assert "pass --comfyui" not in proc.stdout
+    assert "[warning] no ComfyUI in %s (it has no comfy/model_management.py)" % missing in proc.stdout
+
+
+def test_switched_off_says_unset_not_install(bed_python, tmp_path):
+    proc = doctor(bed_python, tmp_path, harness.bed_env("ascend-cu130", ASCEND_SHIM="0"))
+    assert proc.returncode == 1
+    assert "pip install" not in proc.stdout
+    assert "[problem] the shim is not active: switched off by ASCEND_SHIM=0" in proc.stdout
+    assert "    fix: unset ASCEND_SHIM (it is '0')" in proc.stdout
+    assert "is a CUDA build on an NPU machine" in proc.stdout
+
+
+def test_alloc_conf_when_torch_npu_does_not_import(bed_python, tmp_path):
+    env = harness.bed_env("ascend-cpu",
+                          TESTBED_TORCH_NPU_IMPORT_ERROR="libhccl.so: cannot open shared object file")
+    report = json.loads(doctor(bed_python, tmp_path, env, "--json").stdout)
+    assert report["alloc_conf"] == "no effect: torch_npu does not import, nothing reads it"
+    assert [f["what"] for f in problems(report)] == [
+        "torch_npu does not import: libhccl.so: cannot open shared object file"]
+
+
+def test_without_torch(venv_for, tmp_path):
+    python = venv_for("3.12")
+    proc = doctor(python, tmp_path, harness.scrubbed_env(), "--json")
+    report = json.loads(proc.stdout)
+    assert set(report) == DOCTOR_KEYS
+    assert proc.returncode == 1 and report["ok"] is False
+    assert [f["what"] for f in problems(report)] == ["torch is not installed in this interpreter"]
+    assert report["shim"]["active"] is True and report["shim"]["how"] == "ascend_shim.pth"
+
+
+def test_no_install_mode_status_and_doctor_agree(plain_venv, tmp_path):
+    env = harness.scrubbed_env(PYTHONPATH=harness.REPO)
+    how = "the checkout's sitecustomize.py (no-install mode, PYTHONPATH=%s)" % harness.REPO
+    status = harness.run([str(plain_venv), "-m", "ascend_shim", "status"], env, tmp_path)
+    assert "  import hook  installed at startup by %s" % how in status.stdout.splitlines()
+    report = json.loads(doctor(plain_venv, tmp_path, env, "--json").stdout)
+    assert report["shim"]["active"] is True and report["shim"]["how"] == how
+    text = doctor(plain_venv, tmp_path, env).stdout
+    assert "shim        %s, active, started by %s" % (report["shim"]["version"], how) in text
+
+
+def test_pythonpath_at_the_package_folder_is_reported(plain_venv, tmp_path):
+    other = tmp_path / "other"
+    other.mkdir()
+    (other / "sitecustomize.py").write_text("import os\nos.environ['OTHER_SITECUSTOMIZE'] = 'ran'\n")
+    package = harness.REPO / "ascend_shim"
+    env = harness.scrubbed_env(PYTHONPATH=os.pathsep.join([str(package), str(other)]))
+    code = "import os, sys; print(os.environ.get('OTHER_SITECUSTOMIZE'), 'ascend_shim' in sys.modules)"
+    proc = harness.run([str(plain_venv), "-c", code], env, tmp_path)
+    assert proc.returncode == 0 and proc.stdout.split() == ["ran", "False"]
+    assert proc.stderr == ("ascend_shim: NOT active: PYTHONPATH points at the package folder %s; "
+                           "point it at the checkout root instead: PYTHONPATH=%s\n"
+                           % (package, harness.REPO))
+    closed = harness.run([str(plain_venv), "-c", "import sys; sys.stderr = None; print('alive')"],
+                         env, tmp_path)
+    assert closed.returncode == 0 and closed.stdout.strip() == "alive"
+
+
+def test_package_folder_detector_stays_out_of_the_wheel(shim_wheel):
+    import zipfile
+
+    names = zipfile.ZipFile(shim_wheel).namelist()
+    assert "ascend_shim/sitecustomize.py" not in names
+    assert "ascend_shim/cli.py" in names
