@@ -1,12 +1,14 @@
 """The comfy-kitchen backends: ``ascend_shim`` (NPU INT8) and ``ascend_shim_fallback``.
 
 ``ascend_shim`` runs ``int8_linear`` as one ``npu_dynamic_quant`` plus one
-``npu_quant_matmul``. It accepts only calls the op can take (``contract``);
-the rest go on down comfy-kitchen's priority list, where
-``ascend_shim_fallback`` sits before eager and serves every remaining call on
-NPU tensors with a dequantized float linear on the device, so eager's
-``torch._int_mm`` (no NPU kernel: it runs on the CPU) is never reached.
-Registration and priority live in ``registration``.
+``npu_quant_matmul``. It accepts only calls the op can take (``contract``)
+on a stack that can run it (``capability``); the rest go on down
+comfy-kitchen's priority list, where ``ascend_shim_fallback`` sits before
+eager and serves every remaining call on NPU tensors with a float linear on
+the device, so eager's ``torch._int_mm`` is never reached for options the
+shim knows. Options it does not know go to eager, whose ``_int_mm`` runs on
+the device through the shim's ``int_mm`` kernel. Registration and priority
+live in ``registration``.
 """
 
 import inspect
@@ -15,12 +17,17 @@ import threading
 
 import torch
 
-from ascend_shim.kitchen import contract, int8_math
+from ascend_shim.kitchen import capability, contract, int8_math
+from ascend_shim.kitchen.contract import int8_linear_call
 
 log = logging.getLogger("ascend_shim")
 
 SHIM = "ascend_shim"
 FALLBACK = "ascend_shim_fallback"
+EAGER = "eager"
+
+# what the quant ops raise for an input they refuse (NotImplementedError is a RuntimeError)
+OP_ERRORS = (RuntimeError, TypeError, ValueError)
 
 
 class Counters:
@@ -34,6 +41,7 @@ class Counters:
         self.npu_quant = 0
         self.fallback = 0
         self.quant_errors = 0
+        self.to_eager = 0
         self.declined = {}  # param -> {"count": n, "last_reason": text}
 
     def add(self, field):
@@ -52,6 +60,7 @@ class Counters:
                 "npu_quant": self.npu_quant,
                 "fallback": self.fallback,
                 "quant_errors": self.quant_errors,
+                "to_eager": self.to_eager,
                 "declined": {k: dict(v) for k, v in self.declined.items()},
             }
 
@@ -81,23 +90,33 @@ class KitchenFeatures:
         from comfy_kitchen.constraints import FunctionConstraints
 
         self.call_rules = "call_rules" in getattr(FunctionConstraints, "__dataclass_fields__", {})
-        self.modulated = tuple(
-            name for name in ("int8_linear_modulated", "int8_linear_rms_modulated")
-            if hasattr(ck, name)
-        )
 
 
-class Int8Linear:
-    """The two entry points bound to one comfy-kitchen and one torch_npu."""
+def npu_constraints(features, params, rule=None):
+    """``FunctionConstraints`` for NPU tensors, with ``rule`` where kitchen has call rules (0.2.23+)."""
+    from comfy_kitchen.constraints import FunctionConstraints
 
-    def __init__(self, features, ops):
+    extra = {"call_rules": (rule,)} if rule is not None and features.call_rules else {}
+    return FunctionConstraints(params=params, default_devices=frozenset({"npu"}), **extra)
+
+
+class Int8Backend:
+    """The shim's INT8 entry points, bound to one comfy-kitchen and one torch_npu.
+
+    ``int8_linear`` is ``ascend_shim``'s; ``fallback_int8_linear``,
+    ``modulated`` and ``rms_modulated`` are ``ascend_shim_fallback``'s.
+    Each turns its arguments into one ``Int8LinearCall`` and hands it on.
+    """
+
+    def __init__(self, features, ops, registry, on_broken=None):
         self.features = features
-        self.ops = ops  # torch_npu, or None when its quant ops are missing
-        self.quant_broken = None if ops is not None else "torch_npu lacks the quant ops"
-        self._quant_ok_once = False
-        self._reported_errors = set()
+        self.ops = ops
+        self.registry = registry  # registry_access.KitchenRegistry
+        self.capability = capability.Capability(ops, on_broken)
+        self._reported = set()
+        self._reported_lock = threading.Lock()
 
-    # -- helpers --------------------------------------------------------
+    # -- shared parameter handling ---------------------------------------
     def activate(self, x, input_act, act_weight, act_eps):
         if input_act in (None, "none"):
             return x
@@ -112,130 +131,168 @@ class Int8Linear:
         h = self.features.build_hadamard(group, device=x.device, dtype=x.dtype)
         return self.features.rotate_activation(x, h, group)
 
-    def accepts(self, kwargs):
-        """None, or (param, reason) when the NPU INT8 path declines the call."""
-        if self.quant_broken:
-            return ("__backend__", self.quant_broken)
-        return contract.check_int8_linear(kwargs, self.features.input_acts)
+    def decline_reason(self, call):
+        """None when the NPU INT8 path takes ``call``, else ``(param, reason)``."""
+        declined = contract.check(call, self.features.input_acts)
+        if declined:
+            return declined
+        verdict = self.capability.verdict(call.x.device, call.dtype, call.bias is not None)
+        return ("__backend__", verdict) if verdict else None
 
-    def call_rule(self, kwargs):
-        """comfy-kitchen call rule (0.2.23+): decline without raising."""
-        from comfy_kitchen.constraints import ValidationResult
+    def report_once(self, text, *args):
+        message = text % args
+        with self._reported_lock:
+            if message in self._reported:
+                return
+            self._reported.add(message)
+        log.warning(message)
 
+    # -- comfy-kitchen call rules (0.2.23+): decline without raising ------
+    def quant_rule(self, kwargs):
         try:
-            declined = self.accepts(kwargs)
+            declined = self.decline_reason(int8_linear_call(**kwargs))
         except Exception as exc:  # a rule must never raise
             declined = ("__rule__", "%s: %s" % (type(exc).__name__, exc))
-        if declined:
-            COUNTERS.decline(*declined)
-            return ValidationResult.fail(*declined)
-        return ValidationResult.ok()
+        return _verdict(declined)
+
+    def fallback_rule(self, kwargs):
+        unknown = contract.unknown_options({k: v for k, v in kwargs.items()
+                                            if k not in contract.NEUTRAL and k not in contract.REQUIRED})
+        if unknown:
+            self._report_unknown(unknown)
+            return _verdict((unknown[0], "option unknown to ascend_shim: eager serves it"))
+        return _verdict(None)
 
     # -- ascend_shim -----------------------------------------------------
-    def quant(self, x, weight, weight_scale, bias=None, out_dtype=None, convrot=False,
-              convrot_groupsize=256, input_act=None, input_act_weight=None,
-              input_act_eps=0.0, residual=None, residual_scale=None, **extra):
-        kwargs = dict(
-            x=x, weight=weight, weight_scale=weight_scale, bias=bias, out_dtype=out_dtype,
-            convrot=convrot, convrot_groupsize=convrot_groupsize, input_act=input_act,
-            input_act_weight=input_act_weight, input_act_eps=input_act_eps,
-            residual=residual, residual_scale=residual_scale, **extra,
-        )
+    def int8_linear(self, *args, **kwargs):
+        call = int8_linear_call(*args, **kwargs)
         if not self.features.call_rules:
-            # no call_rules before kitchen 0.2.23: decide here, decline to the fallback
-            declined = self.accepts(kwargs)
-            if declined:
-                COUNTERS.decline(*declined)
-                return self.fallback(**kwargs)
+            # no call rules before kitchen 0.2.23: decide here, decline to the fallback
+            return self.serve(call)
+        return self.serve_quant(call)
+
+    def serve(self, call):
+        """The INT8 path when it takes ``call``, else the fallback."""
+        declined = self.decline_reason(call)
+        if declined:
+            COUNTERS.decline(*declined)
+            return self.serve_fallback(call)
+        return self.serve_quant(call)
+
+    def serve_quant(self, call):
         try:
-            out = self._quant(kwargs)
-        except RuntimeError as exc:
-            if "out of memory" in str(exc).lower():
+            out = self._quant(call)
+        except OP_ERRORS as exc:
+            if capability.is_out_of_memory(exc):
                 raise
-            self._quant_failed(exc)
-            return self.fallback(**kwargs)
-        self._quant_ok_once = True
+            # the stack passed its probe: this input is the problem, not the op
+            COUNTERS.add("quant_errors")
+            self.report_once("NPU INT8 call failed, served by the dequantized fallback: %s: %s",
+                             type(exc).__name__, exc)
+            return self.serve_fallback(call)
         COUNTERS.add("npu_quant")
         return out
 
-    def _quant(self, kw):
-        out_dtype = kw["out_dtype"] or torch.bfloat16
-        x = self.activate(kw["x"], kw["input_act"], kw["input_act_weight"], kw["input_act_eps"])
-        if kw["convrot"]:
-            x = self.rotate(x, kw["convrot_groupsize"])
-        weight = kw["weight"]
-        shape = x.shape
+    def _quant(self, call):
+        x = self.activate(call.x, call.input_act, call.input_act_weight, call.input_act_eps)
+        if call.convrot:
+            x = self.rotate(x, call.convrot_groupsize)
+        shape, weight = x.shape, call.weight
         flat = len(shape) != 2  # the op takes 2-D activations; reshape only when needed
         out = int8_math.npu_quant_linear(
-            x.reshape(-1, shape[-1]) if flat else x, weight, kw["weight_scale"], kw["bias"],
-            out_dtype, self.ops)
+            x.reshape(-1, shape[-1]) if flat else x, weight,
+            int8_math.flat_weight_scale(call.weight_scale), call.bias, call.dtype, self.ops)
         if flat:
             out = out.reshape(*shape[:-1], weight.shape[0])
-        return int8_math.apply_residual(out, kw["residual"], kw["residual_scale"])
-
-    def _quant_failed(self, exc):
-        COUNTERS.add("quant_errors")
-        text = "%s: %s" % (type(exc).__name__, exc)
-        if not self._quant_ok_once:
-            # the first call is the probe: an op this CANN cannot run stays off
-            self.quant_broken = "npu_quant_matmul failed on first use: %s" % text
-            log.warning("NPU INT8 path disabled, using the dequantized fallback: %s", text)
-        elif text not in self._reported_errors:
-            self._reported_errors.add(text)
-            log.warning("NPU INT8 call failed, served by the dequantized fallback: %s", text)
+        return int8_math.apply_residual(out, call.residual, call.residual_scale)
 
     # -- ascend_shim_fallback -------------------------------------------
-    def fallback(self, x, weight, weight_scale, bias=None, out_dtype=None, convrot=False,
-                 convrot_groupsize=256, input_act=None, input_act_weight=None,
-                 input_act_eps=0.0, residual=None, residual_scale=None, **extra):
-        unknown = contract.unknown_options(extra)
+    def fallback_int8_linear(self, *args, **kwargs):
+        return self.serve_fallback(int8_linear_call(*args, **kwargs))
+
+    def serve_fallback(self, call):
+        unknown = call.unknown_options()
         if unknown:
-            raise NotImplementedError(
-                "ascend_shim: comfy-kitchen passed int8_linear option(s) %s that this "
-                "ascend_shim does not know; update ascend_shim, or set ASCEND_SHIM_INT8=off "
-                "to let comfy-kitchen's eager backend run them (on the CPU)." % ", ".join(unknown)
-            )
-        out_dtype = out_dtype or torch.bfloat16
-        x = self.activate(x, input_act, input_act_weight, input_act_eps)
+            self._report_unknown(unknown)
+            return self.to_eager("int8_linear", call.kwargs())
+        x = self.activate(call.x, call.input_act, call.input_act_weight, call.input_act_eps)
+        weight, scale, bias = self._fallback_operands(call, x)
+        if call.convrot:
+            if x.shape[-1] % call.convrot_groupsize:
+                raise ValueError("ConvRot group size %d does not divide input features %d"
+                                 % (call.convrot_groupsize, x.shape[-1]))
+            x = self.rotate(x, call.convrot_groupsize)
+        out = int8_math.dequantized_linear(x, weight, scale, bias, call.dtype)
+        COUNTERS.add("fallback")
+        return int8_math.apply_residual(out, call.residual, call.residual_scale)
+
+    @staticmethod
+    def _fallback_operands(call, x):
+        """Weight, flat fp32 scale and bias on x's device; eager's errors for bad ones."""
+        weight = call.weight
         if weight.dtype != torch.int8 or weight.dim() != 2:
             raise ValueError("int8_linear needs a 2-D int8 weight, got %s %s"
                              % (weight.dtype, tuple(weight.shape)))
         if x.shape[-1] != weight.shape[-1]:
             raise ValueError("Input and weight inner dimensions must match, got %d and %d"
                              % (x.shape[-1], weight.shape[-1]))
-        weight = weight.to(device=x.device)
-        scale = int8_math.flat_weight_scale(weight_scale.to(device=x.device))
-        if scale.numel() not in (1, weight.shape[0]):
+        n = weight.shape[0]
+        scale = int8_math.flat_weight_scale(call.weight_scale.to(device=x.device))
+        if scale.numel() not in (1, n):
             raise ValueError(
                 "INT8 weight scale must be scalar or per-output-channel, got %s for weight shape %s"
-                % (tuple(weight_scale.shape), tuple(weight.shape)))
-        if convrot:
-            if x.shape[-1] % convrot_groupsize:
-                raise ValueError("ConvRot group size %d does not divide input features %d"
-                                 % (convrot_groupsize, x.shape[-1]))
-            x = self.rotate(x, convrot_groupsize)
-        out = int8_math.dequantized_linear(x, weight, scale, bias, out_dtype)
-        COUNTERS.add("fallback")
-        return int8_math.apply_residual(out, residual, residual_scale)
+                % (tuple(call.weight_scale.shape), tuple(weight.shape)))
+        bias = call.bias
+        if bias is not None and bias.numel() != n:
+            # eager's bias.reshape(1, -1) add fails the same way, as a RuntimeError
+            raise RuntimeError("int8_linear bias must have %d elements (the weight's N), got shape %s"
+                               % (n, tuple(bias.shape)))
+        return (weight.to(device=x.device), scale,
+                None if bias is None else bias.to(device=x.device))
 
     def modulated(self, x, modulation_scale, weight, weight_scale, bias=None, out_dtype=None,
-                  convrot=False, convrot_groupsize=256):
-        return self.serve(int8_math.modulate(x, modulation_scale), weight, weight_scale,
-                          bias, out_dtype, convrot, convrot_groupsize)
+                  convrot=False, convrot_groupsize=256, **extra):
+        if contract.unknown_options(extra):
+            return self.extra_to_eager("int8_linear_modulated", extra, dict(
+                x=x, modulation_scale=modulation_scale, weight=weight, weight_scale=weight_scale,
+                bias=bias, out_dtype=out_dtype, convrot=convrot, convrot_groupsize=convrot_groupsize))
+        return self.serve(int8_linear_call(int8_math.modulate(x, modulation_scale), weight,
+                                           weight_scale, bias, out_dtype, convrot, convrot_groupsize))
 
     def rms_modulated(self, x, norm_weight, norm_eps, modulation_scale, weight, weight_scale,
-                      bias=None, out_dtype=None, convrot=False, convrot_groupsize=256):
+                      bias=None, out_dtype=None, convrot=False, convrot_groupsize=256, **extra):
+        if contract.unknown_options(extra):
+            return self.extra_to_eager("int8_linear_rms_modulated", extra, dict(
+                x=x, norm_weight=norm_weight, norm_eps=norm_eps, modulation_scale=modulation_scale,
+                weight=weight, weight_scale=weight_scale, bias=bias, out_dtype=out_dtype,
+                convrot=convrot, convrot_groupsize=convrot_groupsize))
         normalized = torch.nn.functional.rms_norm(x, (x.shape[-1],), norm_weight, norm_eps)
         return self.modulated(normalized, modulation_scale, weight, weight_scale, bias,
                               out_dtype, convrot, convrot_groupsize)
 
-    def serve(self, x, weight, weight_scale, bias, out_dtype, convrot, convrot_groupsize):
-        """The fused variants: the INT8 path when it accepts, else the fallback."""
-        kwargs = dict(x=x, weight=weight, weight_scale=weight_scale, bias=bias,
-                      out_dtype=out_dtype, convrot=convrot, convrot_groupsize=convrot_groupsize)
-        if self.accepts(kwargs):  # declined, missing ops included (quant_broken)
-            return self.fallback(**kwargs)
-        return self.quant(**kwargs)
+    # -- what the shim does not know goes to eager ------------------------
+    def _report_unknown(self, unknown):
+        self.report_once("comfy-kitchen passed int8_linear option(s) %s unknown to this "
+                         "ascend_shim: declined to comfy-kitchen's eager backend; update ascend_shim",
+                         ", ".join(sorted(unknown)))
+
+    def extra_to_eager(self, function, extra, known):
+        """A call with options unknown to the shim, handed to eager as it came."""
+        self._report_unknown(contract.unknown_options(extra))
+        return self.to_eager(function, {**known, **extra})
+
+    def to_eager(self, function, kwargs):
+        COUNTERS.add("to_eager")
+        return self.registry.implementation(function, EAGER)(**kwargs)
+
+
+def _verdict(declined):
+    from comfy_kitchen.constraints import ValidationResult
+
+    if declined:
+        COUNTERS.decline(*declined)
+        return ValidationResult.fail(*declined)
+    return ValidationResult.ok()
 
 
 class BackendModule:
@@ -256,8 +313,11 @@ def exact_mm_int8(wrapped, instance, args, kwargs):
     b = args[1] if len(args) > 1 else kwargs.get("b")
     if not (isinstance(a, torch.Tensor) and a.device.type == "npu"):
         return wrapped(*args, **kwargs)
-    # the same preconditions eager asserts
-    assert a.dtype == torch.int8 and b.dtype == torch.int8
-    assert a.dim() == 2 and b.dim() == 2
-    assert a.size(1) == b.size(0), "K mismatch: %d vs %d" % (a.size(1), b.size(0))
+    # eager's own preconditions, checked under python -O too, with eager's exception type
+    if a.dtype != torch.int8 or b.dtype != torch.int8:
+        raise AssertionError("mm_int8 needs int8 operands, got %s and %s" % (a.dtype, b.dtype))
+    if a.dim() != 2 or b.dim() != 2:
+        raise AssertionError("mm_int8 needs 2-D operands, got %d-D and %d-D" % (a.dim(), b.dim()))
+    if a.size(1) != b.size(0):
+        raise AssertionError("K mismatch: %d vs %d" % (a.size(1), b.size(0)))
     return int8_math.exact_int8_mm(a, b.to(a.device))

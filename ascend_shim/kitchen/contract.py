@@ -1,17 +1,24 @@
-"""Which ``int8_linear`` calls the NPU INT8 path accepts.
+"""One ``int8_linear`` call, and which ones the NPU INT8 path accepts.
 
-``check_int8_linear`` returns None to accept, or ``(param, reason)`` to
-decline. It never raises: a declined call goes on to the next backend, and
-comfy-kitchen retries nothing after an exception.
+``int8_linear_call`` is comfy-kitchen's ``int8_linear`` signature
+(0.2.11-0.2.40), written once: every entry point of the shim's backends
+turns its arguments into an ``Int8LinearCall`` with it. ``check`` returns
+None to accept, or ``(param, reason)`` to decline. It never raises: a
+declined call goes on to the next backend, and comfy-kitchen retries nothing
+after an exception. It validates what the caller passed (shapes, dtypes,
+devices); whether this CANN can run the op at all is ``capability``'s
+question.
 """
 
+import dataclasses
 from math import prod
+from typing import Any, Optional
 
 import torch
 
 from ascend_shim.kitchen import int8_math
 
-# keyword -> value under which the option changes nothing
+# keyword -> value under which the option changes nothing (eager's defaults)
 NEUTRAL = {
     "bias": None,
     "out_dtype": None,
@@ -24,18 +31,65 @@ NEUTRAL = {
     "residual_scale": None,
 }
 REQUIRED = ("x", "weight", "weight_scale")
+DEFAULT_OUT_DTYPE = torch.bfloat16
 
 
-def unknown_options(kwargs):
+@dataclasses.dataclass
+class Int8LinearCall:
+    """The arguments of one ``int8_linear`` call; ``extra``: keywords this shim does not know."""
+
+    x: Any
+    weight: Any
+    weight_scale: Any
+    bias: Any = None
+    out_dtype: Optional[torch.dtype] = None
+    convrot: bool = False
+    convrot_groupsize: int = 256
+    input_act: Optional[str] = None
+    input_act_weight: Any = None
+    input_act_eps: float = 0.0
+    residual: Any = None
+    residual_scale: Any = None
+    extra: dict = dataclasses.field(default_factory=dict)
+
+    @property
+    def dtype(self):
+        """The output dtype (eager's default when None)."""
+        return self.out_dtype or DEFAULT_OUT_DTYPE
+
+    def unknown_options(self):
+        return unknown_options(self.extra)
+
+    def kwargs(self):
+        """Keywords that repeat this call to any release's ``int8_linear``:
+        the required ones, every option that differs from its default, and
+        the unknown ones."""
+        out = {"x": self.x, "weight": self.weight, "weight_scale": self.weight_scale}
+        for key, neutral in NEUTRAL.items():
+            value = getattr(self, key)
+            if value is not neutral and value != neutral:
+                out[key] = value
+        out.update(self.extra)
+        return out
+
+
+def int8_linear_call(x, weight, weight_scale, bias=None, out_dtype=None, convrot=False,
+                     convrot_groupsize=256, input_act=None, input_act_weight=None,
+                     input_act_eps=0.0, residual=None, residual_scale=None, **extra):
+    """comfy-kitchen's ``int8_linear`` parameters as one record."""
+    return Int8LinearCall(x, weight, weight_scale, bias, out_dtype, convrot, convrot_groupsize,
+                          input_act, input_act_weight, input_act_eps, residual, residual_scale,
+                          extra)
+
+
+def unknown_options(extra):
     """Keywords this shim does not know, given with a non-neutral value."""
-    extra = []
-    for key, value in kwargs.items():
-        if key in NEUTRAL or key in REQUIRED:
-            continue
+    unknown = []
+    for key, value in extra.items():
         if value is None or value is False or (isinstance(value, (int, float)) and value == 0):
             continue
-        extra.append(key)
-    return extra
+        unknown.append(key)
+    return unknown
 
 
 def _on_device(name, value, device):
@@ -48,80 +102,113 @@ def _on_device(name, value, device):
     return None
 
 
-def check_int8_linear(kwargs, input_acts, max_dim=int8_math.MAX_QUANT_MATMUL_DIM):
-    """Accept (None) or decline ``(param, reason)`` one call.
+def _check_x(x):
+    if not isinstance(x, torch.Tensor) or x.device.type != "npu":
+        return ("x", "not an NPU tensor")
+    if x.dtype not in int8_math.QUANT_DTYPES:
+        return ("x", "dtype %s (needs float16/bfloat16)" % x.dtype)
+    if x.dim() < 2:
+        return ("x", "needs at least 2 dims, got %d" % x.dim())
+    if 0 in x.shape:
+        return ("x", "empty shape %s" % list(x.shape))
+    return None
+
+
+def _check_weight(weight):
+    if weight.dtype != torch.int8 or weight.dim() != 2:
+        return ("weight", "needs a 2-D int8 tensor, got %s %s" % (weight.dtype, list(weight.shape)))
+    if 0 in weight.shape:
+        return ("weight", "empty shape %s" % list(weight.shape))
+    return None
+
+
+def _check_activation(call, input_acts, k_weight):
+    """The activated width must equal the weight's K; returns (declined, K)."""
+    input_act, k_in = call.input_act, call.x.shape[-1]
+    if input_act not in input_acts:
+        return ("input_act", "%r not supported by this comfy-kitchen" % (input_act,)), None
+    width = int8_math.activated_width(input_act)
+    if k_in % width:
+        return ("x", "%s needs an even last dim, got %d" % (input_act, k_in)), None
+    if input_act == "rms_norm":
+        act_weight = call.input_act_weight
+        if act_weight is None or tuple(act_weight.shape) != (k_in,):
+            return ("input_act_weight", "rms_norm needs a (%d,) weight" % k_in), None
+    k = k_in // width
+    if k != k_weight:
+        return ("weight", "K mismatch: activation has %d, weight has %d" % (k, k_weight)), None
+    return None, k
+
+
+def _check_scale_and_bias(call, n):
+    scale = call.weight_scale
+    if not scale.dtype.is_floating_point or prod(scale.shape) not in (1, n):
+        return ("weight_scale", "needs a float scale of 1 or %d elements" % n)
+    bias = call.bias
+    # eager adds bias.reshape(1, -1): any shape of N elements means the same
+    if bias is not None and (not bias.dtype.is_floating_point or prod(bias.shape) != n):
+        return ("bias", "needs a float bias of %d elements, got %s" % (n, list(bias.shape)))
+    return None
+
+
+def _check_residual(call, n):
+    residual, residual_scale = call.residual, call.residual_scale
+    if residual is None:
+        return None
+    if residual_scale is None:
+        return ("residual_scale", "required with residual")
+    out_shape = tuple(call.x.shape[:-1]) + (n,)
+    try:
+        fits = torch.broadcast_shapes(residual.shape, residual_scale.shape, out_shape) == out_shape
+    except RuntimeError:
+        fits = False
+    if not fits:
+        return ("residual", "residual %s and scale %s do not broadcast to %s"
+                % (list(residual.shape), list(residual_scale.shape), list(out_shape)))
+    return None
+
+
+def _check_convrot(call, k):
+    if not call.convrot:
+        return None
+    group = call.convrot_groupsize
+    if not int8_math.is_power_of_four(group) or k % group:
+        return ("convrot_groupsize", "%r is not a power of four dividing K=%d" % (group, k))
+    return None
+
+
+def check(call, input_acts, max_dim=int8_math.MAX_QUANT_MATMUL_DIM):
+    """Accept (None) or decline ``(param, reason)`` one ``Int8LinearCall``.
 
     ``input_acts`` is the set of ``input_act`` values the installed
     comfy-kitchen defines (None included).
     """
-    extra = unknown_options(kwargs)
-    if extra:
-        return (extra[0], "option unknown to ascend_shim")
-    x = kwargs.get("x")
-    weight = kwargs.get("weight")
-    # read each tensor attribute once: on the NPU this runs for every linear
-    if not isinstance(x, torch.Tensor) or x.device.type != "npu":
-        return ("x", "not an NPU tensor")
-    device, shape = x.device, x.shape
-    if x.dtype not in int8_math.QUANT_DTYPES:
-        return ("x", "dtype %s (needs float16/bfloat16)" % x.dtype)
-    if len(shape) < 2:
-        return ("x", "needs at least 2 dims, got %d" % len(shape))
-    if 0 in shape:
-        return ("x", "empty shape %s" % list(shape))
+    unknown = call.unknown_options()
+    if unknown:
+        return (unknown[0], "option unknown to ascend_shim")
+    declined = _check_x(call.x)
+    if declined:
+        return declined
+    device = call.x.device
     for name in ("weight", "weight_scale", "bias", "input_act_weight", "residual", "residual_scale"):
-        bad = _on_device(name, kwargs.get(name), device)
-        if bad:
-            return bad
-    w_shape = weight.shape if weight is not None else ()
-    if weight is None or weight.dtype != torch.int8 or len(w_shape) != 2:
-        return ("weight", "needs a 2-D int8 tensor")
-    n, k_weight = w_shape
-    if n == 0 or k_weight == 0:
-        return ("weight", "empty shape %s" % list(w_shape))
-    out_dtype = kwargs.get("out_dtype")
-    if out_dtype is not None and out_dtype not in int8_math.QUANT_DTYPES:
-        return ("out_dtype", "%s (needs float16/bfloat16)" % out_dtype)
-
-    input_act = kwargs.get("input_act")
-    if input_act not in input_acts:
-        return ("input_act", "%r not supported by this comfy-kitchen" % (input_act,))
-    k_in = shape[-1]
-    width = int8_math.activated_width(input_act)
-    if k_in % width:
-        return ("x", "%s needs an even last dim, got %d" % (input_act, k_in))
-    k = k_in // width
-    if input_act == "rms_norm":
-        act_weight = kwargs.get("input_act_weight")
-        if act_weight is None or prod(act_weight.shape) != k_in:
-            return ("input_act_weight", "rms_norm needs a (%d,) weight" % k_in)
-    if k != k_weight:
-        return ("weight", "K mismatch: activation has %d, weight has %d" % (k, k_weight))
-
-    scale = kwargs.get("weight_scale")
-    if scale is None or not scale.dtype.is_floating_point or prod(scale.shape) not in (1, n):
-        return ("weight_scale", "needs a float scale of 1 or %d elements" % n)
-    bias = kwargs.get("bias")
-    if bias is not None and (not bias.dtype.is_floating_point or prod(bias.shape) != n):
-        return ("bias", "needs a float bias of %d elements" % n)
-    residual = kwargs.get("residual")
-    if residual is not None:
-        residual_scale = kwargs.get("residual_scale")
-        if residual_scale is None:
-            return ("residual_scale", "required with residual")
-        if prod(residual_scale.shape) not in (1, n):
-            return ("residual_scale", "needs 1 or %d elements" % n)
-        out_shape = tuple(shape[:-1]) + (n,)
-        try:
-            fits = torch.broadcast_shapes(residual.shape, out_shape) == out_shape
-        except RuntimeError:
-            fits = False
-        if not fits:
-            return ("residual", "shape %s does not broadcast to %s" % (list(residual.shape), list(out_shape)))
-    if kwargs.get("convrot"):
-        group = kwargs.get("convrot_groupsize", 256)
-        if not int8_math.is_power_of_four(group) or k % group:
-            return ("convrot_groupsize", "%r is not a power of four dividing K=%d" % (group, k))
+        declined = _on_device(name, getattr(call, name), device)
+        if declined:
+            return declined
+    if call.weight is None or call.weight_scale is None:
+        return ("weight" if call.weight is None else "weight_scale", "missing")
+    declined = _check_weight(call.weight)
+    if declined:
+        return declined
+    n, k_weight = call.weight.shape
+    if call.out_dtype is not None and call.out_dtype not in int8_math.QUANT_DTYPES:
+        return ("out_dtype", "%s (needs float16/bfloat16)" % (call.out_dtype,))
+    declined, k = _check_activation(call, input_acts, k_weight)
+    if declined:
+        return declined
+    declined = (_check_scale_and_bias(call, n) or _check_residual(call, n)
+                or _check_convrot(call, k))
+    if declined:
+        return declined
     if k > max_dim or n > max_dim:
         return ("weight", "K=%d, N=%d over the quant matmul limit %d" % (k, n, max_dim))
     return None

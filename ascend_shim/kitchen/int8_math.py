@@ -33,13 +33,14 @@ def npu_quant_linear(x2d, weight, weight_scale, bias, out_dtype, ops):
 
     x2d       [M, K] fp16/bf16
     weight    [N, K] int8, passed as its ``.t()`` view (no copy)
-    bias      None or [N]; cast to ``out_dtype`` (valid with fp32 scales on
-              every stack that supports pertoken scaling)
+    bias      None or N elements of any shape (eager's ``reshape(1, -1)``),
+              passed as [N] in ``out_dtype`` (valid with fp32 scales on every
+              stack that supports pertoken scaling)
     Two device kernels: one dynamic quant, one quant matmul.
     """
     x_q, x_scale = ops.npu_dynamic_quant(x2d)
-    if bias is not None and bias.dtype != out_dtype:
-        bias = bias.to(out_dtype)
+    if bias is not None:
+        bias = flat_bias(bias, out_dtype)
     return ops.npu_quant_matmul(
         x_q,
         weight.t(),
@@ -50,19 +51,29 @@ def npu_quant_linear(x2d, weight, weight_scale, bias, out_dtype, ops):
     )
 
 
-def dequantized_linear(x, weight, weight_scale, bias, out_dtype):
-    """Float linear on the device with the weight dequantized: the fallback path.
+def flat_bias(bias, dtype):
+    """A bias of N elements as ``[N]`` in ``dtype``."""
+    if bias.dim() != 1:
+        bias = bias.reshape(-1)
+    return bias if bias.dtype == dtype else bias.to(dtype)
 
-    Computes in x's dtype (fp32 for other dtypes); no activation quantization,
-    so it is at least as accurate as the INT8 path.
+
+def dequantized_linear(x, weight, weight_scale, bias, out_dtype):
+    """``(x @ weight.T) * scale + bias`` as a float GEMM on the device: the fallback path.
+
+    No activation quantization, so it is at least as accurate as the INT8
+    path. The int8 weight enters the GEMM unscaled (exact in any float
+    dtype) and the scale, then the bias, are applied to the fp32 result with
+    one cast to ``out_dtype`` at the end, as eager scales its int32 result:
+    nothing overflows or underflows where eager's arithmetic does not. The
+    GEMM runs in bf16 for bf16 x (fp32's range) and in fp32 otherwise; an
+    fp16 GEMM overflows on sums that int32 holds.
     """
-    compute = x.dtype if x.dtype in (torch.float16, torch.bfloat16, torch.float32) else torch.float32
-    scale = flat_weight_scale(weight_scale).to(weight.device)
-    w = weight.to(torch.float32)
-    w = w * (scale.reshape(-1, 1) if scale.numel() > 1 else scale)
-    out = torch.nn.functional.linear(
-        x.to(compute), w.to(compute), None if bias is None else bias.to(x.device, compute)
-    )
+    compute = torch.bfloat16 if x.dtype == torch.bfloat16 else torch.float32
+    acc = torch.nn.functional.linear(x.to(compute), weight.to(compute))
+    out = acc.to(torch.float32) * flat_weight_scale(weight_scale)
+    if bias is not None:
+        out = out + flat_bias(bias, torch.float32)
     return out.to(out_dtype)
 
 

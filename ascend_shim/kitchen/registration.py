@@ -8,29 +8,116 @@ Policy (``ASCEND_SHIM_INT8``):
             NPU call (upstream keeps its other functions)
   upstream  only the on-device fallback, behind upstream
   off       nothing registered
+
+What is registered is the table ``ENTRY_POINTS``: one row per comfy-kitchen
+function and backend. A row's ``build(backend)`` returns the implementation
+and its ``FunctionConstraints``; a row counts only where the installed
+comfy-kitchen has that function. Every registry access goes through
+``registry_access.KitchenRegistry``.
 """
 
+import dataclasses
 import logging
 import sys
 import threading
+from typing import Callable
 
 from ascend_shim import _config
-from ascend_shim.kitchen.backend import FALLBACK, SHIM, BackendModule, COUNTERS, Int8Linear, KitchenFeatures
+from ascend_shim.kitchen.backend import (
+    COUNTERS, FALLBACK, SHIM, BackendModule, Int8Backend, KitchenFeatures, npu_constraints,
+)
+from ascend_shim.kitchen import w4a8
+from ascend_shim.kitchen.registry_access import KitchenRegistry
 
 log = logging.getLogger("ascend_shim")
 
 UPSTREAM = "ascend"
-QUANT_OPS = ("npu_dynamic_quant", "npu_quant_matmul")
+
+
+# -- what is registered ----------------------------------------------------
+
+def _quant_params():
+    import torch
+    from comfy_kitchen.constraints import ParamConstraint
+
+    floats = frozenset({torch.float16, torch.bfloat16, torch.float32})
+    halves = frozenset({torch.float16, torch.bfloat16})
+    return {
+        "x": ParamConstraint(dtypes=halves),
+        "weight": ParamConstraint(dtypes=frozenset({torch.int8})),
+        "weight_scale": ParamConstraint(dtypes=floats),
+        "bias": ParamConstraint(dtypes=floats),
+        "out_dtype": ParamConstraint(dtypes=halves),
+    }
+
+
+def _device_params():
+    """Only x is device-checked: a CPU weight with NPU x must not fall to eager."""
+    from comfy_kitchen.constraints import ParamConstraint
+
+    return {"x": ParamConstraint()}
+
+
+def int8_quant_entry(backend):
+    return backend.int8_linear, npu_constraints(backend.features, _quant_params(), backend.quant_rule)
+
+
+def int8_fallback_entry(backend):
+    return (backend.fallback_int8_linear,
+            npu_constraints(backend.features, _device_params(), backend.fallback_rule))
+
+
+def modulated_entry(backend):
+    return backend.modulated, npu_constraints(backend.features, _device_params())
+
+
+def rms_modulated_entry(backend):
+    return backend.rms_modulated, npu_constraints(backend.features, _device_params())
+
+
+@dataclasses.dataclass(frozen=True)
+class EntryPoint:
+    """One comfy-kitchen function served by one of the shim's backends.
+
+    ``build(backend)`` gets the ``Int8Backend`` (features, ops, capability,
+    registry, fallback) and returns ``(implementation, FunctionConstraints)``.
+    Rows for ``SHIM`` are registered only where the NPU quant ops can run.
+    """
+
+    function: str
+    backend: str
+    build: Callable
+
+
+ENTRY_POINTS = (
+    EntryPoint("int8_linear", SHIM, int8_quant_entry),
+    EntryPoint("int8_linear", FALLBACK, int8_fallback_entry),
+    EntryPoint("int8_linear_modulated", FALLBACK, modulated_entry),  # kitchen 0.2.38+
+    EntryPoint("int8_linear_rms_modulated", FALLBACK, rms_modulated_entry),
+    EntryPoint("w4a8_int8_linear", SHIM, w4a8.linear_entry),  # kitchen 0.2.27+
+    EntryPoint("w4a8_packed_linear", SHIM, w4a8.packed_entry),  # kitchen 0.2.40+
+)
+
+
+@dataclasses.dataclass
+class Installation:
+    """What ``install`` registered, for re-ordering, reporting and removal."""
+
+    registry: KitchenRegistry
+    backend: Int8Backend
+    registered: tuple
+    policy: str
+
 
 _lock = threading.Lock()
-_state = {"installed": None, "decision": "not registered", "policy": None, "reason": ""}
+_state = {"installation": None, "decision": "not registered", "policy": None}
 
+
+# -- priority --------------------------------------------------------------
 
 def upstream_int8(registry):
     """Whether upstream's ``ascend`` backend is registered, enabled and has int8_linear."""
-    info = registry.list_backends().get(UPSTREAM)
-    return bool(info and info["available"] and not info["disabled"]
-                and "int8_linear" in info["capabilities"])
+    return registry.offers(UPSTREAM, "int8_linear")
 
 
 def desired_priority(current, policy, upstream_ok):
@@ -45,127 +132,132 @@ def desired_priority(current, policy, upstream_ok):
     return head + [n for n in rest if n not in head]
 
 
-def _constraints(features, rule):
-    """FunctionConstraints for the INT8 path and the fallback (NPU tensors only)."""
-    import torch
-    from comfy_kitchen.constraints import FunctionConstraints, ParamConstraint
-
-    npu = frozenset({"npu"})
-    floats = frozenset({torch.float16, torch.bfloat16, torch.float32})
-    halves = frozenset({torch.float16, torch.bfloat16})
-    quant_params = {
-        "x": ParamConstraint(dtypes=halves),
-        "weight": ParamConstraint(dtypes=frozenset({torch.int8})),
-        "weight_scale": ParamConstraint(dtypes=floats),
-        "bias": ParamConstraint(dtypes=floats),
-        "out_dtype": ParamConstraint(dtypes=halves),
-    }
-    extra = {"call_rules": (rule,)} if features.call_rules else {}
-    quant = FunctionConstraints(params=quant_params, default_devices=npu, **extra)
-    # only x is device-checked: a CPU weight with NPU x must not fall to eager
-    fallback = FunctionConstraints(params={"x": ParamConstraint()}, default_devices=npu)
-    return quant, fallback
-
-
-def install(ck):
-    """Register the backends for this process's policy; returns a short note."""
-    registry = ck.registry
-    policy = _config.get().int8
-    features = KitchenFeatures(ck)
-    import torch_npu
-
-    missing = [op for op in QUANT_OPS if not hasattr(torch_npu, op)]
-    impl = Int8Linear(features, None if missing else torch_npu)
-    quant_c, fallback_c = _constraints(features, impl.call_rule)
-    fallback_functions = {"int8_linear": impl.fallback}
-    fallback_caps = {"int8_linear": fallback_c}
-    variants = {"int8_linear_modulated": impl.modulated,
-                "int8_linear_rms_modulated": impl.rms_modulated}
-    for name in features.modulated:
-        fallback_functions[name] = variants[name]
-        fallback_caps[name] = fallback_c
+def _set_priority(installation):
+    registry, policy = installation.registry, installation.policy
     upstream_ok = upstream_int8(registry)
-    with _lock:
-        registry.register(FALLBACK, BackendModule(FALLBACK, fallback_functions), fallback_caps)
-        registered = [FALLBACK]
-        if policy != "upstream" and not missing:
-            registry.register(SHIM, BackendModule(SHIM, {"int8_linear": impl.quant}),
-                              {"int8_linear": quant_c})
-            registered.insert(0, SHIM)
-        _state.update(installed=(registry, impl, registered), policy=policy)
-        _set_priority(registry, policy, upstream_ok)
-    if missing:
-        _state["reason"] = "torch_npu lacks %s: NPU INT8 path off" % ", ".join(missing)
-    note = "%s; priority %s" % (_state["decision"], registry._priority)
-    log.debug("kitchen: %s", note)
-    return note
 
+    def arrange(current):
+        order = desired_priority(current, policy, upstream_ok)
+        return [n for n in order if n in installation.registered or n not in (SHIM, FALLBACK)]
 
-def _set_priority(registry, policy, upstream_ok):
-    order = desired_priority(list(registry._priority), policy, upstream_ok)
-    if SHIM not in _state["installed"][2]:
-        order = [n for n in order if n != SHIM]
-    registry.set_priority(order)
+    order = registry.reorder(arrange)
     if policy in ("upstream", "auto") and upstream_ok:
         _state["decision"] = "upstream %r first, %s" % (
             UPSTREAM, "then ascend_shim" if SHIM in order else "then the on-device fallback")
     else:
         _state["decision"] = "%s first" % order[0]
+    return order
+
+
+# -- install / remove ----------------------------------------------------
+
+def _entries(ck, backend, serve_npu):
+    """{backend name: {function: (implementation, constraints)}} for this kitchen."""
+    groups = {}
+    for entry in ENTRY_POINTS:
+        if not hasattr(ck, entry.function) or (entry.backend == SHIM and not serve_npu):
+            continue
+        groups.setdefault(entry.backend, {})[entry.function] = entry.build(backend)
+    return groups
+
+
+def install(ck):
+    """Register the backends for this process's policy; returns a short note."""
+    import torch_npu
+
+    registry = KitchenRegistry(ck.registry)
+    policy = _config.get().int8
+    backend = Int8Backend(KitchenFeatures(ck), torch_npu, registry,
+                          on_broken=lambda reason: _withdraw(registry, reason))
+    problem = backend.capability.problem
+    groups = _entries(ck, backend, serve_npu=policy != "upstream" and not problem)
+    with _lock:
+        for name, functions in groups.items():
+            registry.register(name, BackendModule(name, {f: impl for f, (impl, _) in functions.items()}),
+                              {f: constraints for f, (_, constraints) in functions.items()})
+        if problem and policy != "upstream":
+            registry.mark_unavailable(SHIM, "NPU INT8 path off: %s" % problem)
+        installation = Installation(registry, backend, tuple(groups), policy)
+        _state.update(installation=installation, policy=policy)
+        order = _set_priority(installation)
+    note = "%s; priority %s" % (_state["decision"], order)
+    log.debug("kitchen: %s", note)
+    return note
+
+
+def _withdraw(registry, reason):
+    """The NPU INT8 path turned out unusable on this stack: kitchen stops selecting it."""
+    registry.withdraw(SHIM, "NPU INT8 path off: %s" % reason)
+    log.warning("NPU INT8 path off, using the dequantized fallback: %s", reason)
 
 
 def assert_priority():
     """Put the policy's order back (ComfyUI rearranges backends at import)."""
     with _lock:
-        installed = _state["installed"]
-        if installed is None:
+        installation = _state["installation"]
+        if installation is None:
             return None
-        registry = installed[0]
-        _set_priority(registry, _state["policy"], upstream_int8(registry))
-        return list(registry._priority)
+        return _set_priority(installation)
 
 
 def uninstall():
-    """Remove the shim's backends from comfy-kitchen's registry."""
+    """Remove the shim's backends: comfy-kitchen's registry is as it was before."""
     with _lock:
-        installed = _state["installed"]
-        if installed is None:
+        installation = _state["installation"]
+        if installation is None:
             return
-        registry, _impl, names = installed
-        registry.set_priority([n for n in registry._priority if n not in (SHIM, FALLBACK)])
-        with registry._lock:
-            for name in (SHIM, FALLBACK):
-                registry._backends.pop(name, None)
-                registry._capabilities.pop(name, None)
-                for key in [k for k in registry._constraints if k[0] == name]:
-                    registry._constraints.pop(key)
-        _state.update(installed=None, decision="removed")
+        for name in (SHIM, FALLBACK):
+            installation.registry.unregister(name)
+        _state.update(installation=None, decision="removed")
 
 
-def npu_int8_served():
-    """True while an NPU kernel (ours or upstream's) would serve int8_linear."""
-    installed = _state["installed"]
-    if installed is None:
-        ck = sys.modules.get("comfy_kitchen")
-        return bool(ck is not None and upstream_int8(ck.registry)
-                    and UPSTREAM in ck.registry._priority)
-    registry, impl, names = installed
-    if upstream_int8(registry) and UPSTREAM in registry._priority:
+# -- status ------------------------------------------------------------------
+
+def _current_registry():
+    installation = _state["installation"]
+    if installation is not None:
+        return installation.registry
+    ck = sys.modules.get("comfy_kitchen")
+    registry = getattr(ck, "registry", None)
+    return KitchenRegistry(registry) if registry is not None else None
+
+
+def npu_int8_served(device=None, probe=True):
+    """True while an NPU kernel (ours or upstream's) would serve int8_linear.
+
+    With ``probe``, the shim's own path counts only after its capability
+    probe passed on ``device`` (the current NPU when None).
+    """
+    registry = _current_registry()
+    if registry is None:
+        return False
+    if upstream_int8(registry) and UPSTREAM in registry.priority():
         return True
-    return (SHIM in names and SHIM in registry._priority and registry.is_available(SHIM)
-            and not impl.quant_broken)
+    installation = _state["installation"]
+    if installation is None or SHIM not in installation.registered:
+        return False
+    if SHIM not in registry.priority() or not registry.is_available(SHIM):
+        return False
+    capability = installation.backend.capability
+    if not probe:
+        return not capability.problem
+    import torch
+
+    return capability.verdict(torch.device(device or "npu"), torch.bfloat16, False) is None
 
 
 def report():
-    installed = _state["installed"]
-    ck = sys.modules.get("comfy_kitchen")
-    registry = installed[0] if installed else getattr(ck, "registry", None)
+    installation = _state["installation"]
+    registry = _current_registry()
+    capability = installation.backend.capability if installation else None
     return {
         "policy": _state["policy"] or _config.get().int8,
         "decision": _state["decision"],
-        "note": _state["reason"],
-        "registered": list(installed[2]) if installed else [],
-        "priority": list(registry._priority) if registry is not None else None,
-        "quant_path": (installed[1].quant_broken or "ok") if installed else None,
-        "npu_int8_served": npu_int8_served() if registry is not None else False,
+        "note": ("NPU INT8 path off: %s" % capability.problem) if capability and capability.problem else "",
+        "registered": list(installation.registered) if installation else [],
+        "priority": registry.priority() if registry is not None else None,
+        "quant_path": (capability.problem or "ok") if capability else None,
+        "capability": capability.as_dict() if capability else None,
+        "npu_int8_served": npu_int8_served(probe=False) if registry is not None else False,
         "calls": COUNTERS.as_dict(),
     }

@@ -25,6 +25,10 @@ def apply(changes, ck):
     changes.note(registration.install(ck))
 
 
+def version(ck):
+    return getattr(ck, "__version__", None)
+
+
 def remove(ck):
     from ascend_shim.kitchen import registration
 
@@ -38,4 +42,5 @@ PATCH = Patch(
     guard=guard,
     apply=apply,
     remove=remove,
+    version=version,
 )

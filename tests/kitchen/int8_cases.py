@@ -5,23 +5,46 @@ the kitchen release on PYTHONPATH, the shim installed in the venv). Prints
 one JSON object: a list of case records and the shim's INT8 report. The
 assertions live in ``test_backend.py``; this script only measures.
 
-    python int8_cases.py [grid|bad|policy|disabled]
+    python int8_cases.py [grid|bad|policy|disabled|mm_int8|input_errors|old_signature|opaque_signature]
 """
 
+import contextlib
 import dataclasses
 import inspect
 import json
+import logging
 import sys
 
 import torch
 import torch.nn.functional as F
 import torch_npu  # noqa: F401  (registers the npu device, as on a real box)
 
-import comfy_kitchen as ck
-from comfy_kitchen.registry import registry
-from testbed import npu_device
-
 SUITE = sys.argv[1] if len(sys.argv) > 1 else "grid"
+REAL_QUANT_MATMUL = torch_npu.npu_quant_matmul
+
+
+def quant_matmul_before_pertoken(x1, x2, scale, *, offset=None, bias=None, output_dtype=None):
+    """npu_quant_matmul as op-plugin released it before per-token scaling (2024-03)."""
+    return REAL_QUANT_MATMUL(x1, x2, scale, offset=offset, bias=bias, output_dtype=output_dtype)
+
+
+def quant_matmul_opaque(*args, **kwargs):
+    """The same op behind a C++ binding: no readable signature, a TypeError at call time."""
+    if "pertoken_scale" in kwargs:
+        raise TypeError("npu_quant_matmul(): got an unexpected keyword argument 'pertoken_scale'")
+    return quant_matmul_before_pertoken(*args, **kwargs)
+
+
+# stacks whose npu_quant_matmul cannot take what the INT8 path passes, set up
+# before comfy-kitchen (and with it the shim's backend) loads
+OLD_OPS = {"old_signature": quant_matmul_before_pertoken, "opaque_signature": quant_matmul_opaque}
+if SUITE in OLD_OPS:
+    torch_npu.npu_quant_matmul = OLD_OPS[SUITE]
+
+import comfy_kitchen as ck  # noqa: E402
+from comfy_kitchen.registry import registry  # noqa: E402
+from testbed import npu_device  # noqa: E402
+
 NPU = torch.device("npu", 0)
 PARAMS = set(inspect.signature(ck.int8_linear).parameters)
 torch.manual_seed(0)
@@ -99,9 +122,9 @@ def counters():
         from ascend_shim.kitchen.backend import COUNTERS
 
         c = COUNTERS.as_dict()
-        return c["npu_quant"], c["fallback"]
+        return c["npu_quant"], c["fallback"], c["to_eager"]
     except Exception:
-        return 0, 0
+        return 0, 0, 0
 
 
 def chosen_backend(kwargs):
@@ -135,7 +158,7 @@ def measure(name, call, ref=None, weight=None, backend_kwargs=None, double=None,
     log = device_log()
     log.reset()
     npu_device.reset_cpu_fallbacks()
-    quant_before, fallback_before = counters()
+    quant_before, fallback_before, eager_before = counters()
     record = {"name": name}
     if backend_kwargs is not None:
         record["backend"] = chosen_backend(backend_kwargs)
@@ -144,14 +167,17 @@ def measure(name, call, ref=None, weight=None, backend_kwargs=None, double=None,
     except Exception as exc:
         record["error"] = "%s: %s" % (type(exc).__name__, exc)
         out = None
-    quant_after, fallback_after = counters()
+    quant_after, fallback_after, eager_after = counters()
     record.update(
         dynamic_quant=log.calls["npu_dynamic_quant"],
         quant_matmul=log.calls["npu_quant_matmul"],
         cpu_fallbacks=sorted(npu_device.cpu_fallbacks()),
         served_npu_quant=quant_after - quant_before,
         served_fallback=fallback_after - fallback_before,
+        served_eager=eager_after - eager_before,
     )
+    if isinstance(out, torch.Tensor):
+        record["finite"] = bool(torch.isfinite(out.detach().cpu().float()).all())
     mm = log.last("npu_quant_matmul")
     if mm is not None and weight is not None:
         record["weight_shares_storage"] = mm["x2"].storage_ptr == npu_device.storage_ptr(weight)
@@ -173,7 +199,14 @@ def standard(n=64, k=128, per_channel=True, dtype=torch.bfloat16):
     return q.to(NPU), scale.to(NPU)
 
 
+def warm_up():
+    """One unmeasured call first: it pays the one-time capability probe (its own test)."""
+    q, scale = standard()
+    ck.int8_linear(torch.randn(2, 128).to(torch.bfloat16).to(NPU), q, scale, None, torch.bfloat16)
+
+
 def grid_cases():
+    warm_up()
     cases = []
     n, k = 64, 128
     for dims in ((17, k), (2, 9, k)):
@@ -251,6 +284,41 @@ def grid_cases():
     return cases
 
 
+@contextlib.contextmanager
+def future_eager():
+    """A newer comfy-kitchen: eager's int8_linear takes ``future_option`` (neutral 0),
+    an option this shim predates."""
+    module = registry._backends["eager"]
+    original = module.int8_linear
+
+    def int8_linear(*args, future_option=0, **kwargs):
+        return original(*args, **kwargs)
+
+    module.int8_linear = int8_linear
+    try:
+        yield
+    finally:
+        module.int8_linear = original
+
+
+@contextlib.contextmanager
+def warnings_counted(text):
+    """The shim's log records containing ``text``."""
+    seen = []
+
+    class Handler(logging.Handler):
+        def emit(self, record):
+            if text in record.getMessage():
+                seen.append(record.getMessage())
+
+    handler = Handler()
+    logging.getLogger("ascend_shim").addHandler(handler)
+    try:
+        yield seen
+    finally:
+        logging.getLogger("ascend_shim").removeHandler(handler)
+
+
 def bad_cases():
     """Inputs the NPU INT8 path must decline: never a wrong number or a CPU fallback."""
     n, k = 64, 128
@@ -260,11 +328,14 @@ def bad_cases():
     def case(name, x, weight=q, weight_scale=scale, bias=None, ref=True, **extra):
         kwargs = dict(x=x, weight=weight, weight_scale=weight_scale, bias=bias,
                       out_dtype=torch.bfloat16, **extra)
+        device_log().reset()
         try:
             verdict = registry.validate_backend_for_call("ascend_shim", "int8_linear", kwargs)
             validation = {"success": verdict.success, "param": verdict.failed_param}
         except Exception as exc:  # must never happen
             validation = {"raised": "%s: %s" % (type(exc).__name__, exc)}
+        # kernels run while deciding (the one-time capability probe)
+        validation["kernels"] = sum(device_log().calls.values())
         expected = None
         if ref:
             expected = reference(x, weight.cpu(), weight_scale.cpu(), bias)
@@ -273,11 +344,14 @@ def bad_cases():
             call = lambda: ck.int8_linear(x, weight, weight_scale, bias, torch.bfloat16, **public)
         else:  # a keyword this kitchen's public wrapper lacks: go through the registry
             call = lambda: registry.get_implementation("int8_linear", kwargs=kwargs)(**kwargs)
-        record = measure(name, call, expected, weight)
+        record = measure(name, call, expected, weight, kwargs)
         record["validation"] = validation
         cases.append(record)
 
     x = torch.randn(9, k)
+    xb = x.to(torch.bfloat16).to(NPU)
+    case("first-call", xb)  # probes the stack once: 4 tiny calls of each op more
+    case("second-call", xb)
     case("fp32-x", x.to(NPU))
     case("k-mismatch", torch.randn(9, k + 8).to(torch.bfloat16).to(NPU), ref=False)
     case("empty-input", torch.randn(0, k).to(torch.bfloat16).to(NPU))
@@ -290,7 +364,15 @@ def bad_cases():
     big_q, big_scale = quantize_weight(torch.randn(8, wide_k), True)
     case("k-over-65535", torch.randn(2, wide_k).to(torch.bfloat16).to(NPU), weight=big_q.to(NPU),
          weight_scale=big_scale.to(NPU))
-    case("unknown-keyword", x.to(torch.bfloat16).to(NPU), ref=False, future_option=3)
+    case("bias-1-1-n", xb, bias=torch.randn(1, 1, n).to(torch.bfloat16).to(NPU))
+    case("int-bias", xb, bias=torch.randint(-4, 5, (n,), dtype=torch.int32).to(NPU))
+    big_scale_q = q.cpu()  # a CPU weight: declined, so the fallback computes it
+    case("fallback-fp16-x-scale-1000", x.to(torch.float16).to(NPU), weight=big_scale_q,
+         weight_scale=scale.cpu() * 1000)
+    with future_eager(), warnings_counted("unknown to this ascend_shim") as seen:
+        case("unknown-keyword", xb, future_option=3)
+        case("unknown-keyword-again", xb, future_option=3)
+    cases[-1]["unknown_warnings"] = len(seen)
     if "input_act" in PARAMS:
         case("unknown-input-act", x.to(torch.bfloat16).to(NPU), ref=False, input_act="relu6")
     wide = torch.randn(9, 2 * k).to(torch.bfloat16).to(NPU)
@@ -301,6 +383,7 @@ def bad_cases():
 
 
 def policy_cases():
+    warm_up()
     q, scale = standard()
     x = torch.randn(12, 128).to(torch.bfloat16).to(NPU)
     ref = reference(x, q, scale)
@@ -324,12 +407,42 @@ def mm_int8_cases():
     record = measure("mm_int8", lambda: ck.mm_int8(a.to(NPU), b.to(NPU)))
     out = ck.mm_int8(a.to(NPU), b.to(NPU))
     record["exact"] = bool(torch.equal(out.cpu(), exact))
-    return [record]
+    # float operands: eager asserts int8, which python -O strips
+    af, bf = torch.tensor([[2.3]]).to(NPU), torch.tensor([[1.0]]).to(NPU)
+    floats = measure("mm_int8-float", lambda: ck.mm_int8(af, bf))
+    floats["optimize"] = sys.flags.optimize
+    return [record, floats]
+
+
+def stack_cases():
+    """A stack that cannot run the INT8 path: every call still served, on the device."""
+    q, scale = standard()
+    x = torch.randn(12, 128).to(torch.bfloat16).to(NPU)
+    ref = reference(x, q, scale)
+    kwargs = dict(x=x, weight=q, weight_scale=scale, out_dtype=torch.bfloat16)
+    return [measure(name, lambda: ck.int8_linear(x, q, scale, None, torch.bfloat16), ref, q, kwargs)
+            for name in ("first-call", "second-call")]
+
+
+def input_error_cases():
+    """An op that refuses an input the contract let through (a lower K limit than
+    documented): that call is served by the fallback, and only that call."""
+    import os
+
+    os.environ["TESTBED_QMM_MAX_DIM"] = "100"  # read by the bed at every call
+    cases = []
+    for name, k in (("k-128-refused-by-op", 128), ("k-64", 64), ("k-128-again", 128), ("k-64-again", 64)):
+        q, scale = standard(64, k)
+        x = torch.randn(5, k).to(torch.bfloat16).to(NPU)
+        cases.append(measure(name, lambda: ck.int8_linear(x, q, scale, None, torch.bfloat16),
+                             reference(x, q, scale), q))
+    return cases
 
 
 def main():
     suites = {"grid": grid_cases, "bad": bad_cases, "policy": policy_cases,
-              "disabled": policy_cases, "mm_int8": mm_int8_cases}
+              "disabled": policy_cases, "mm_int8": mm_int8_cases, "input_errors": input_error_cases,
+              "old_signature": stack_cases, "opaque_signature": stack_cases}
     cases = suites[SUITE]()
     report = None
     if "ascend_shim.engine" in sys.modules:  # the engine started
@@ -339,7 +452,9 @@ def main():
             report = ascend_shim.status()["int8"]
         except Exception as exc:
             report = {"error": repr(exc)}
-    print(json.dumps({"cases": cases, "report": report, "priority": list(registry._priority)}))
+    backends = {name: info for name, info in registry.list_backends().items() if name.startswith("ascend")}
+    print(json.dumps({"cases": cases, "report": report, "priority": list(registry._priority),
+                      "backends": backends}))
 
 
 main()

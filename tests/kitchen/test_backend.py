@@ -22,11 +22,11 @@ CASES = harness.TESTS / "kitchen" / "int8_cases.py"
 def kitchen_run(bed_python, tmp_path_factory):
     cache = {}
 
-    def run(version, suite, **env):
-        key = (version, suite, tuple(sorted(env.items())))
+    def run(version, suite, flags=(), **env):
+        key = (version, suite, flags, tuple(sorted(env.items())))
         if key not in cache:
             cwd = tmp_path_factory.mktemp("kitchen")
-            proc = harness.run([str(bed_python), str(CASES), suite],
+            proc = harness.run([str(bed_python), *flags, str(CASES), suite],
                                harness.bed_env("ascend-cu130", kitchen=version, **env), cwd, timeout=600)
             cache[key] = harness.last_json(proc)
         return cache[key]
@@ -112,7 +112,7 @@ def test_input_act_and_residual_options_of_each_release(kitchen_run, version):
 
 
 BAD = ("fp32-x", "k-mismatch", "empty-input", "scale-wrong-size", "bias-wrong-size", "cpu-weight",
-       "1d-x", "k-over-65535", "unknown-keyword", "non-contiguous-x")
+       "1d-x", "k-over-65535", "unknown-keyword", "non-contiguous-x", "int-bias")
 
 
 @pytest.mark.parametrize("version", VERSIONS)
@@ -124,8 +124,10 @@ def test_bad_inputs_never_give_a_wrong_number_or_a_cpu_fallback(kitchen_run, ver
         assert "raised" not in case["validation"], (name, case["validation"])
         if "error" not in case and "cos" in case:
             assert case["cos"] >= 0.99995 and case["rel_mae"] <= 0.01, case
+            assert case["finite"] is True, name
     # served on the device by the dequantized fallback, with the right result
-    for name in ("fp32-x", "empty-input", "cpu-weight", "1d-x", "k-over-65535"):
+    for name in ("fp32-x", "empty-input", "cpu-weight", "1d-x", "k-over-65535", "int-bias",
+                 "fallback-fp16-x-scale-1000"):
         assert "error" not in cases[name], cases[name]
         assert cases[name]["served_fallback"] == 1 and cases[name]["quant_matmul"] == 0, name
     assert cases["empty-input"]["shape"] == [0, 64]
@@ -133,11 +135,11 @@ def test_bad_inputs_never_give_a_wrong_number_or_a_cpu_fallback(kitchen_run, ver
     # genuinely invalid: a clear error of the kind eager raises, computed nowhere
     assert cases["k-mismatch"]["error"].startswith("ValueError: Input and weight inner dimensions")
     assert cases["scale-wrong-size"]["error"].startswith("ValueError: INT8 weight scale")
-    assert cases["bias-wrong-size"]["error"].startswith("RuntimeError")
-    assert cases["unknown-keyword"]["error"].startswith("NotImplementedError: ascend_shim")
-    # accepted as they are: the INT8 path copes
-    for name in ("non-contiguous-x", "bf16-weight-scale"):
+    assert cases["bias-wrong-size"]["error"].startswith("RuntimeError: int8_linear bias must have 64")
+    # accepted as they are: the INT8 path copes (a bias of N elements is eager's reshape(1, -1))
+    for name in ("non-contiguous-x", "bf16-weight-scale", "bias-1-1-n"):
         assert_on_device(cases[name])
+    assert cases["bias-1-1-n"]["shape"] == [9, 64]
     if version >= "0.2.23":  # call_rules: declined during selection, never raised
         for name in BAD:
             if name != "non-contiguous-x":
@@ -146,11 +148,94 @@ def test_bad_inputs_never_give_a_wrong_number_or_a_cpu_fallback(kitchen_run, ver
 
 
 @pytest.mark.parametrize("version", VERSIONS)
+def test_unknown_options_go_to_eager_logged_once(kitchen_run, version):
+    """A keyword newer than the shim: declined to eager (exact, on the device through
+    the shim's _int_mm kernel), never a NotImplementedError; one warning per process."""
+    cases = by_name(kitchen_run(version, "bad", ASCEND_SHIM_INT8="shim"))
+    for name in ("unknown-keyword", "unknown-keyword-again"):
+        case = cases[name]
+        assert "error" not in case, case
+        assert case["cos"] >= 0.99995 and case["cpu_fallbacks"] == [], case
+        assert case["quant_matmul"] == 0 and case["served_fallback"] == 0, case
+        if version >= "0.2.23":  # both shim backends decline during selection
+            assert case["validation"]["param"] == "future_option"
+            assert case["backend"] == "eager"
+        else:  # selected without rules: the shim hands the call to eager itself
+            assert case["served_eager"] == 1
+    assert cases["unknown-keyword-again"]["unknown_warnings"] == 1
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_capability_is_probed_once_before_the_first_call(kitchen_run, version):
+    """The first call pays for the probe (one tiny call of each op per output dtype and
+    bias: 4 + 4 kernels), the user's own call is then the usual 2 kernels, and no call after
+    that probes again."""
+    result = kitchen_run(version, "bad", ASCEND_SHIM_INT8="shim")
+    first, second = by_name(result)["first-call"], by_name(result)["second-call"]
+    assert first["validation"]["kernels"] + first["dynamic_quant"] + first["quant_matmul"] == 4 + 4 + 2
+    assert second["validation"]["kernels"] == 0
+    assert_on_device(first)
+    assert_on_device(second)
+    capability = result["report"]["capability"]
+    assert capability["problem"] is None
+    assert capability["combinations"] == {"float16": "ok", "float16+bias": "ok", "bfloat16": "ok",
+                                          "bfloat16+bias": "ok"}
+
+
+@pytest.mark.parametrize("version", ("0.2.22", "0.2.26", "0.2.40"))
+def test_a_call_the_op_refuses_does_not_switch_the_npu_path_off(kitchen_run, version):
+    """An op that refuses an input the contract accepted (here a lower K limit than
+    documented) costs that call the fallback; the next call is on the NPU INT8 path again."""
+    result = kitchen_run(version, "input_errors", ASCEND_SHIM_INT8="shim")
+    cases = by_name(result)
+    for name in ("k-128-refused-by-op", "k-128-again"):
+        assert cases[name]["served_fallback"] == 1 and cases[name]["served_npu_quant"] == 0, cases[name]
+        assert cases[name]["cos"] >= 0.99995 and cases[name]["cpu_fallbacks"] == []
+    for name in ("k-64", "k-64-again"):
+        assert cases[name]["served_npu_quant"] == 1 and cases[name]["quant_matmul"] == 1, cases[name]
+        assert_accurate(cases[name])
+    report = result["report"]
+    assert report["quant_path"] == "ok" and report["npu_int8_served"] is True
+    assert report["calls"]["quant_errors"] == 2
+
+
+@pytest.mark.parametrize("suite", ("old_signature", "opaque_signature"))
+@pytest.mark.parametrize("version", ("0.2.22", "0.2.26", "0.2.40"))
+def test_an_npu_quant_matmul_without_pertoken_scale_never_raises(kitchen_run, suite, version):
+    """op-plugin before per-token scaling: found from the signature when it is readable,
+    else by the probe's TypeError; kitchen's list_backends() says why, and every call is
+    served by the fallback on the device."""
+    result = kitchen_run(version, suite, ASCEND_SHIM_INT8="shim")
+    for case in result["cases"]:
+        assert "error" not in case, case
+        assert case["served_fallback"] == 1 and case["quant_matmul"] == 0, case
+        assert case["cos"] >= 0.99995 and case["cpu_fallbacks"] == [], case
+        assert case["backend"] == "ascend_shim_fallback" or version < "0.2.23", case
+    shim = result["backends"]["ascend_shim"]
+    assert "pertoken_scale" in shim["unavailable_reason"], shim
+    if suite == "old_signature":  # known at registration: never registered
+        assert shim["available"] is False
+        assert result["report"]["registered"] == ["ascend_shim_fallback"]
+    else:  # known after the probe: withdrawn
+        assert shim["available"] is True and shim["disabled"] is True
+    assert result["report"]["npu_int8_served"] is False
+
+
+@pytest.mark.parametrize("version", VERSIONS)
 def test_mm_int8_is_exact_on_the_device(kitchen_run, version):
-    (case,) = kitchen_run(version, "mm_int8")["cases"]
+    (case, floats) = kitchen_run(version, "mm_int8")["cases"]
     assert case["exact"] is True
     assert case["cpu_fallbacks"] == []
     assert case["shape"] == [33, 40] and case["dtype"] == "torch.int32"
+    assert floats["error"].startswith("AssertionError"), floats
+
+
+@pytest.mark.parametrize("version", ("0.2.11", "0.2.40"))
+def test_mm_int8_refuses_float_operands_under_python_O(kitchen_run, version):
+    """eager's asserts vanish under -O; the NPU path still refuses, never returns a number."""
+    (_, floats) = kitchen_run(version, "mm_int8", flags=("-O",))["cases"]
+    assert floats["optimize"] == 1
+    assert "error" in floats and "shape" not in floats, floats
 
 
 POLICIES = {

@@ -1,0 +1,181 @@
+"""Can this torch_npu and CANN run the NPU INT8 path? Decided once, never on a user's call.
+
+Two steps:
+  1. when the backend is registered: both ops exist, and
+     ``npu_quant_matmul`` takes the keywords the path passes (read from its
+     schema or Python signature where it has one);
+  2. at first use: one tiny known-good ``npu_dynamic_quant`` +
+     ``npu_quant_matmul`` call per output dtype and bias, whose exact answer
+     is known, on the device of the call that asked.
+A combination that fails its probe is declined for the rest of the
+process; a call that fails later is that call's problem (an input the
+contract let through), not the stack's.
+"""
+
+import inspect
+import threading
+
+import torch
+
+QUANT_OPS = ("npu_dynamic_quant", "npu_quant_matmul")
+# keywords of npu_quant_matmul the INT8 path passes (pertoken_scale: 2024-03 on)
+QUANT_MATMUL_KEYWORDS = ("pertoken_scale", "bias", "output_dtype")
+
+
+def parameter_names(op):
+    """``(names, open)``: the parameter names ``op`` declares and whether it
+    takes any keyword (``**kwargs``); None when neither can be read."""
+    overloads = getattr(op, "overloads", None)
+    if callable(overloads):  # a torch.ops packet: its schemas
+        try:
+            names = {a.name for o in overloads() for a in getattr(op, o)._schema.arguments}
+        except Exception:
+            return None
+        return frozenset(names), False
+    schema = getattr(op, "_schema", None)
+    if schema is not None:
+        return frozenset(a.name for a in schema.arguments), False
+    try:
+        parameters = inspect.signature(op).parameters.values()
+    except (TypeError, ValueError):  # a builtin without a text signature
+        return None
+    names = frozenset(p.name for p in parameters if p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD))
+    return names, any(p.kind is p.VAR_KEYWORD for p in parameters)
+
+
+def static_problem(ops):
+    """None, or why ``ops`` (torch_npu) cannot serve the INT8 path at all."""
+    missing = [name for name in QUANT_OPS if not hasattr(ops, name)]
+    if missing:
+        return "torch_npu lacks %s" % ", ".join(missing)
+    declared = parameter_names(ops.npu_quant_matmul)
+    if declared is None:
+        return None  # unreadable: the probe decides
+    names, takes_any = declared
+    lacking = [k for k in QUANT_MATMUL_KEYWORDS if k not in names]
+    if lacking and not takes_any:
+        return "npu_quant_matmul takes no %s (this torch_npu predates per-token scaling)" % (
+            ", ".join(lacking))
+    return None
+
+
+# -- the probe: a tiny call whose exact answer is known ------------------------
+
+PROBE_M, PROBE_K, PROBE_N = 2, 32, 16
+
+
+def probe_operands():
+    """CPU tensors (x, weight, scale, bias) of the probe, exact in fp16 and bf16.
+
+    Every row of x holds integers with |max| = 127, so per-token quantization
+    is exact (scale 1, codes = x); the weight scales are powers of two.
+    """
+    x = (torch.arange(PROBE_M * PROBE_K).reshape(PROBE_M, PROBE_K) * 7 % 255 - 127).float()
+    x[:, 0] = 127.0
+    weight = (torch.arange(PROBE_N * PROBE_K).reshape(PROBE_N, PROBE_K) * 11 % 255 - 127).to(torch.int8)
+    scale = 2.0 ** -(8 + torch.arange(PROBE_N) % 4).float()
+    bias = (torch.arange(PROBE_N).float() - 8) / 4
+    return x, weight, scale, bias
+
+
+def probe_expected(x, weight, scale, bias):
+    """The probe's answer in float64."""
+    out = (x.double() @ weight.double().t()) * scale.double()
+    return out if bias is None else out + bias.double()
+
+
+COMBINATIONS = tuple((out_dtype, with_bias) for out_dtype in (torch.float16, torch.bfloat16)
+                     for with_bias in (False, True))
+
+
+def probe(ops, device, out_dtype, with_bias):
+    """None when the probe call gives the known answer, else what went wrong.
+
+    x goes in as ``out_dtype``; the bias, as the INT8 path passes it, too.
+    """
+    from ascend_shim.kitchen import int8_math
+
+    x, weight, scale, bias = probe_operands()
+    bias = bias if with_bias else None
+    expected = probe_expected(x, weight, scale, bias)
+    out = int8_math.npu_quant_linear(
+        x.to(device=device, dtype=out_dtype), weight.to(device), scale.to(device),
+        None if bias is None else bias.to(device=device, dtype=out_dtype), out_dtype, ops)
+    if tuple(out.shape) != (PROBE_M, PROBE_N) or out.dtype != out_dtype:
+        return "returned %s %s, expected %s (%d, %d)" % (out.dtype, tuple(out.shape), out_dtype,
+                                                         PROBE_M, PROBE_N)
+    error = (out.cpu().double() - expected).abs().max().item()
+    if not error <= 1e-2 * expected.abs().max().item():
+        return "returned a wrong result (max error %g)" % error
+    return None
+
+
+def is_out_of_memory(exc):
+    return isinstance(exc, torch.OutOfMemoryError) or "out of memory" in str(exc).lower()
+
+
+class Capability:
+    """The INT8 path's verdict per (output dtype, bias) on this torch_npu and CANN.
+
+    The op's dtype rules depend on the output dtype and the bias (FACTS 4.3);
+    x is quantized to int8 first, so its dtype does not matter to the matmul.
+    """
+
+    def __init__(self, ops, on_broken=None):
+        self.ops = ops
+        self.problem = static_problem(ops)  # applies to every call
+        self._on_broken = on_broken
+        self._verdicts = None  # {(out dtype, bias?): None | reason} once probed
+        self._lock = threading.Lock()
+
+    def verdict(self, device, out_dtype, with_bias):
+        """None when the path runs this combination, else why not.
+
+        The first question probes every combination, on ``device``.
+        """
+        if self._verdicts is None and not self.problem:
+            with self._lock:
+                if self._verdicts is None and not self.problem:
+                    self._probe_all(device)
+        if self.problem:
+            return self.problem
+        if self._verdicts is None:
+            return "probe postponed: the device was out of memory"
+        return self._verdicts.get((out_dtype, bool(with_bias)), "%s output not probed" % out_dtype)
+
+    def _probe_all(self, device):
+        verdicts = {}
+        for out_dtype, with_bias in COMBINATIONS:
+            try:
+                reason = probe(self.ops, device, out_dtype, with_bias)
+            except TypeError as exc:  # the op's signature: no combination can work
+                self._broken("npu_quant_matmul probe call raised TypeError: %s" % exc)
+                return
+            except Exception as exc:
+                if is_out_of_memory(exc):
+                    return  # undecided: ask again on a later call
+                reason = "%s: %s" % (type(exc).__name__, exc)
+            verdicts[out_dtype, with_bias] = None if reason is None else "%s output%s: probe failed: %s" % (
+                _short(out_dtype), " with bias" if with_bias else "", reason)
+        self._verdicts = verdicts
+        if all(verdicts.values()):
+            self._broken("every probe failed; first: %s" % verdicts[COMBINATIONS[0]])
+
+    def _broken(self, reason):
+        self.problem = reason
+        if self._on_broken is not None:
+            self._on_broken(reason)
+
+    @property
+    def probed(self):
+        return self._verdicts is not None
+
+    def as_dict(self):
+        verdicts = dict(self._verdicts or {})
+        return {"problem": self.problem, "probed": self.probed,
+                "combinations": {"%s%s" % (_short(o), "+bias" if b else ""): v or "ok"
+                                 for (o, b), v in verdicts.items()}}
+
+
+def _short(dtype):
+    return str(dtype).replace("torch.", "")
