@@ -21,7 +21,7 @@ COMFY_FAKES = TESTBED / "comfy_fakes"
 CACHE = Path(os.environ.get("ASCEND_SHIM_TEST_CACHE", REPO / ".cache"))
 
 # every comfy-kitchen release the INT8 tests run against
-KITCHEN_VERSIONS = ("0.2.11", "0.2.19", "0.2.22", "0.2.23", "0.2.26", "0.2.34", "0.2.36", "0.2.40")
+KITCHEN_VERSIONS = ("0.2.11", "0.2.19", "0.2.22", "0.2.23", "0.2.26", "0.2.27", "0.2.34", "0.2.36", "0.2.40")
 STARTUP_PYTHONS = ("3.10", "3.11", "3.12", "3.13")
 
 # modules that must stay out of an interpreter where nothing targeted loaded

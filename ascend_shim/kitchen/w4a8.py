@@ -15,6 +15,7 @@ Features are found by signature and attribute, never by version string.
 import inspect
 import logging
 import threading
+import weakref
 
 import torch
 
@@ -180,26 +181,39 @@ class W4A8Linear:
     unpack    kitchen's packed-weight reader (``w4a8_packed_linear``), or None
     eager     ``eager(name)``: eager's implementation, for unpacked weights
               this path does not take
+    verdict   ``verdict(device, out_dtype, with_bias)``: None, or why this
+              CANN cannot run the quant ops for such a call (not the caller's
+              fault: the call is declined, not refused)
     """
 
-    def __init__(self, ops, activate, rotate, input_acts, unpack=None, eager=None):
+    def __init__(self, ops, activate, rotate, input_acts, unpack=None, eager=None,
+                 verdict=None):
         self.ops = ops
         self.activate = activate
         self.rotate = rotate
         self.input_acts = frozenset(input_acts)
         self.unpack = unpack
         self.eager = eager
+        self.verdict = verdict
         self.quant_broken = None if ops is not None else "torch_npu lacks the quant ops"
         self._quant_ok_once = False
 
     def check(self, kw):
-        declined = check_packed_call(kw, self.input_acts)
+        declined = self.check_call(kw)
         if declined:
             return declined
         k = activated_k(kw)
         if k is None:
             return ("x", "%s needs an even last dim" % kw.get("input_act"))
         return check_weight(kw, k)
+
+    def check_call(self, kw):
+        declined = check_packed_call(kw, self.input_acts)
+        if declined or self.verdict is None:
+            return declined
+        problem = self.verdict(kw["x"].device, kw.get("out_dtype") or torch.bfloat16,
+                               kw.get("bias") is not None)
+        return ("__backend__", problem) if problem else None
 
     def _rule(self, check, kwargs):
         from comfy_kitchen.constraints import ValidationResult
@@ -217,7 +231,9 @@ class W4A8Linear:
         return self._rule(self.check, kwargs)
 
     def packed_call_rule(self, kwargs):
-        return self._rule(lambda kw: check_packed_call(kw, self.input_acts), kwargs)
+        if self.unpack is None:
+            return self._rule(lambda kw: ("qdata", "no reader for packed records"), kwargs)
+        return self._rule(self.check_call, kwargs)
 
     def linear(self, x, qdata, s_rel, s_channel, codebook=None, correction=None, bias=None,
                group_size=16, convrot_groupsize=256, out_dtype=torch.bfloat16, input_act=None,
@@ -283,32 +299,48 @@ def _packed_reader():
     return unpack
 
 
-def entry_points(ck, ops, activate, rotate, input_acts):
-    """``{name: (function, FunctionConstraints)}`` for the ``ascend_shim`` backend.
+_bound = weakref.WeakKeyDictionary()  # Int8Backend -> its W4A8Linear
 
-    Empty where this comfy-kitchen has no W4A8 linear, or no call rules to
-    decline with (kitchen before 0.2.23 has neither).
+
+def bound_to(backend):
+    """The one ``W4A8Linear`` that shares ``backend``'s ops, ConvRot and input_act.
+
+    ``backend`` is the shim's ``Int8Backend`` (``features``, ``ops``,
+    ``activate``, ``rotate``, ``registry``, ``capability``).
     """
+    impl = _bound.get(backend)
+    if impl is None:
+        registry = backend.registry
+
+        def eager(name):
+            return registry.implementation(name, "eager")
+
+        capability = getattr(backend, "capability", None)
+        impl = W4A8Linear(backend.ops, backend.activate, backend.rotate,
+                          backend.features.input_acts, _packed_reader(), eager,
+                          getattr(capability, "verdict", None))
+        _bound[backend] = impl
+    return impl
+
+
+def _constraints(rule):
     from comfy_kitchen.constraints import FunctionConstraints, ParamConstraint
 
-    if not hasattr(ck, LINEAR) or "call_rules" not in getattr(
-            FunctionConstraints, "__dataclass_fields__", {}):
-        return {}
-    registry = ck.registry
-
-    def eager(name):
-        return registry.get_implementation(name, backend="eager")
-
-    unpack = _packed_reader()
-    impl = W4A8Linear(ops, activate, rotate, input_acts, unpack, eager)
-    npu = frozenset({"npu"})
     x_param = {"x": ParamConstraint(dtypes=frozenset(int8_math.QUANT_DTYPES))}
-    entries = {LINEAR: (impl.linear, FunctionConstraints(
-        params=x_param, default_devices=npu, call_rules=(impl.call_rule,)))}
-    if hasattr(ck, PACKED) and unpack is not None:
-        entries[PACKED] = (impl.packed_linear, FunctionConstraints(
-            params=x_param, default_devices=npu, call_rules=(impl.packed_call_rule,)))
-    return entries
+    return FunctionConstraints(params=x_param, default_devices=frozenset({"npu"}),
+                               call_rules=(rule,))
+
+
+def linear_entry(backend):
+    """``(implementation, FunctionConstraints)`` of ``w4a8_int8_linear`` (kitchen 0.2.27+)."""
+    impl = bound_to(backend)
+    return impl.linear, _constraints(impl.call_rule)
+
+
+def packed_entry(backend):
+    """``(implementation, FunctionConstraints)`` of ``w4a8_packed_linear`` (kitchen 0.2.40+)."""
+    impl = bound_to(backend)
+    return impl.packed_linear, _constraints(impl.packed_call_rule)
 
 
 def report():

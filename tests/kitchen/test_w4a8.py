@@ -1,0 +1,75 @@
+"""W4A8 on the NPU quant ops (ascend_shim/kitchen/w4a8.py), against kitchen's eager on the CPU.
+
+Each (release, suite) runs ``w4a8_cases.py`` once in a fresh interpreter of a
+venv with the shim wheel installed, on the simulated Ascend machine. The
+first and the newest release with W4A8 in the suite's downloads are checked.
+"""
+
+import pytest
+
+import harness
+
+VERSIONS = tuple(v for v in ("0.2.27", "0.2.40") if v in harness.KITCHEN_VERSIONS)
+CASES = harness.TESTS / "kitchen" / "w4a8_cases.py"
+COSINE = 0.999
+
+
+@pytest.fixture(scope="session")
+def w4a8_run(bed_python, tmp_path_factory):
+    cache = {}
+
+    def run(version, suite):
+        key = (version, suite)
+        if key not in cache:
+            cwd = tmp_path_factory.mktemp("w4a8")
+            proc = harness.run([str(bed_python), str(CASES), suite],
+                               harness.bed_env("ascend-cu130", kitchen=version), cwd, timeout=600)
+            assert proc.returncode == 0, proc.stderr[-4000:]
+            cache[key] = harness.last_json(proc)
+        return cache[key]
+
+    return run
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_w4a8_runs_on_the_npu_quant_ops(w4a8_run, version):
+    result = w4a8_run(version, "shapes")
+    assert len(result["cases"]) == 7
+    for case in result["cases"]:
+        assert case["device"] == "npu:0" and case["shape"] == case["want_shape"], case
+        assert case["cpu_fallbacks"] == [], case
+        # one dynamic quant + one quant matmul per call, served by the shim
+        assert (case["dynamic_quant"], case["quant_matmul"]) == (1, 1), case
+        assert case["served_npu_quant"] == 1, case
+        assert case["cos"] >= COSINE, case
+    assert result["report"]["float_path"] == 0
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_declined_calls_stay_on_the_device_and_match_eager(w4a8_run, version):
+    result = w4a8_run(version, "declined")
+    names = [c["name"] for c in result["cases"]]
+    assert names[:2] == ["correction", "fp32 x"]
+    if version >= "0.2.40":
+        assert "6-bit" in names
+    for case in result["cases"]:
+        assert case["device"] == "npu:0" and case["cpu_fallbacks"] == [], case
+        assert case["served_npu_quant"] == 0 and case["quant_matmul"] == 0, case
+        assert case["cos"] >= 0.9999, case  # eager itself, on the device
+    declined = {c["name"]: c["declined"] for c in result["cases"]}
+    assert declined["correction"] == ["correction"]
+    if "6-bit" in declined:
+        assert declined["6-bit"] == ["qdata"]
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_bad_input_gets_eagers_error(w4a8_run, version):
+    errors = w4a8_run(version, "declined")["errors"]
+    assert errors["cpu"] == "ValueError"
+    assert errors["npu"] == errors["cpu"]
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_future_options_are_declined_not_refused(w4a8_run, version):
+    future = w4a8_run(version, "declined")["future"]
+    assert future == {"plain_is_shim": True, "future_is_eager": True, "neutral_is_shim": True}
