@@ -1,49 +1,485 @@
-"""``python -m ascend_shim selftest``: does INT8 really run on this NPU, and right?
+"""``python -m ascend_shim selftest``: is this NPU right about every call the shim makes?
 
-1. The check from the user's report: bf16 activations and an int8 weight
-   through ``npu_dynamic_quant`` + ``npu_quant_matmul``; shape, dtype, device.
-2. The shim's INT8 linear against a float32 dequantized reference on a few
-   layer shapes: cosine >= 0.9999 and relative MAE <= 2 %.
-3. Through comfy-kitchen when installed: which backend served, and that no op
-   fell back to the CPU.
+The only check of the project that runs on a real 910B. It makes, on the
+device, each distinct call the shim makes in production (the INT8 matrix in
+``matrix()``: output and bias dtypes, weight-scale shapes, 2-D/3-D and
+strided activations, M = 1 / odd / past a tile, K and N off the 16-grid, a
+zero row, ConvRot, the on-device fallback) and checks each one twice:
+
+* the device's arithmetic: every ``torch_npu`` call is recorded with its
+  arguments and results, and recomputed in float64 on the CPU from exactly
+  those tensors. ``npu_dynamic_quant``: codes within one of round-half-even,
+  at most ``CODE_OFF_BY_ONE_MAX`` of them off by one, scales to
+  ``SCALE_RTOL``. ``npu_quant_matmul``: each element within the output dtype's
+  epsilon relative (one to two units in the last place) plus a few fp32
+  roundings of the terms (``FP32_TERMS``), so a dropped or doubled scale, an ignored bias or a
+  wrong row or column fails while the op's one rounding passes;
+* the shim's result end to end against the float64 linear on the original
+  inputs: cosine >= ``COSINE_MIN`` and relative MAE <= ``REL_MAE_MAX``. INT8
+  activations cost about 0.7 % relative RMS (step max|x|/127 over a row,
+  error step/sqrt(12)); the bounds leave a factor of two.
+
+A failing case lists each device call with its arguments (shapes, dtypes,
+strides, keywords) and the versions of torch, torch_npu and CANN, ready to
+paste into a bug report; ``--json`` gives the same as JSON.
 
 Exit status: 0 passed, 1 failed, 3 no NPU here.
 """
 
+import dataclasses
 import json
+import platform
 import warnings
 
+PASSED = 0
+FAILED = 1
 NO_NPU = 3
+
 COSINE_MIN = 0.9999
 REL_MAE_MAX = 0.02
-SHAPES = ((64, 3840, 3840), (17, 3840, 1024), (128, 1024, 3840))
+# |out - ref| <= eps(out) * |ref| + FP32_TERMS * (|acc*scale*pertoken| + |bias|):
+# one rounding to the output dtype plus a few fp32 roundings, with 4x margin
+FP32_TERMS = 2.0 ** -20
+CODE_OFF_BY_ONE_MAX = 0.01  # fp32 multiply vs exact division: ~0.04 % of codes
+SCALE_RTOL = 1e-5
+ZERO_SCALE_ATOL = 1e-20  # a zero row's scale may be 0 or a tiny floor
+
+# real layer shapes (M, K, N): K past 1024 puts |acc| beyond fp32's exact integers
+LAYER_SHAPES = ((64, 3840, 3840), (17, 3840, 1024), (128, 1024, 3840))
+
+# positional parameter names of the torch_npu calls, for the report
+POSITIONAL = {"npu_dynamic_quant": ("input",), "npu_quant_matmul": ("x1", "x2", "scale")}
+
+
+@dataclasses.dataclass(frozen=True)
+class Case:
+    """One ``int8_linear`` call as comfy-kitchen hands it to the shim."""
+
+    name: str
+    x_shape: tuple
+    n: int
+    x_dtype: str = "bfloat16"
+    out_dtype: str = "bfloat16"
+    bias: object = None  # dtype name of the bias given to int8_linear, or None
+    scale: str = "[N,1]"  # stored weight-scale shape: "()", "[N]" or "[N,1]"
+    scale_dtype: str = "float32"
+    layout: str = "contiguous"  # "strided": a column slice; "offset": a batch slice
+    zero_row: bool = False
+    convrot: int = 0  # ConvRot group size, 0 = off
+    path: str = "npu"  # "npu": the INT8 ops; "fallback": the dequantized linear
+
+
+def matrix():
+    """The INT8 calls to check: each axis of what the shim passes, on small shapes."""
+    layers = tuple(Case("int8_linear M=%d K=%d N=%d" % (m, k, n), (m, k), n) for m, k, n in LAYER_SHAPES)
+    return layers + (
+        Case("M=1, bf16 out, no bias, scale [N,1]", (1, 64), 48),
+        Case("odd M, bf16 out, bf16 bias, scale ()", (37, 80), 56, bias="bfloat16", scale="()"),
+        Case("odd M, fp16 out, fp16 bias, scale [N]", (37, 80), 56, "float16", "float16", "float16", "[N]"),
+        Case("fp16 out, no bias, scale [N,1]", (16, 64), 32, "float16", "float16"),
+        Case("fp16 x, bf16 out, fp32 bias (passed as bf16)", (9, 64), 40, "float16", "bfloat16", "float32"),
+        Case("bf16 x, fp16 out, bf16 bias (passed as fp16)", (9, 64), 40, "bfloat16", "float16", "bfloat16",
+             "[N]"),
+        Case("bf16 weight scale [N,1], bf16 bias", (8, 64), 32, bias="bfloat16", scale_dtype="bfloat16"),
+        Case("M=260 past the 128/256-row tiles, bf16 bias", (260, 64), 48, bias="bfloat16"),
+        Case("K=104 N=40 (off the 16-grid), bf16 bias", (12, 104), 40, bias="bfloat16"),
+        Case("K=97 N=45 (odd), fp16 bias", (11, 97), 45, "float16", "float16", "float16"),
+        Case("3-D x [2,19,K], bf16 bias", (2, 19, 64), 48, bias="bfloat16"),
+        Case("3-D x batch slice (storage offset), fp16 bias", (2, 7, 64), 40, "float16", "float16", "float16",
+             layout="offset"),
+        Case("2-D x column slice (row stride > K), bf16 bias", (21, 64), 48, bias="bfloat16", layout="strided"),
+        Case("all-zero activation row, bf16 bias", (7, 64), 32, bias="bfloat16", zero_row=True),
+        Case("ConvRot group 16, bf16 bias", (9, 64), 48, bias="bfloat16", convrot=16),
+        Case("ConvRot group 256, fp16 bias", (5, 512), 40, "float16", "float16", "float16", convrot=256),
+        Case("fallback: dequantized linear, bf16 bias", (13, 64), 48, bias="bfloat16", path="fallback"),
+        Case("fallback: dequantized linear, fp16, fp16 bias, scale ()", (13, 64), 48, "float16", "float16",
+             "float16", "()", path="fallback"),
+    )
+
+
+# --------------------------------------------------------------------------- recording the device calls
+
+
+@dataclasses.dataclass
+class Call:
+    op: str
+    args: tuple
+    kwargs: dict
+    result: object = None
+
+
+class RecordingOps:
+    """``torch_npu`` as the shim sees it, remembering each op call's arguments and results."""
+
+    def __init__(self, ops):
+        self._ops = ops
+        self.calls = []
+
+    def __getattr__(self, name):
+        target = getattr(self._ops, name)
+        if not (name.startswith("npu_") and callable(target)):
+            return target
+
+        def recorded(*args, **kwargs):
+            call = Call(name, args, kwargs)
+            self.calls.append(call)
+            call.result = target(*args, **kwargs)
+            return call.result
+
+        return recorded
+
+
+def describe(value):
+    """A JSON-able description of one argument."""
+    import torch
+
+    if isinstance(value, torch.Tensor):
+        return {"shape": list(value.shape), "dtype": str(value.dtype), "stride": list(value.stride()),
+                "storage_offset": value.storage_offset(), "device": str(value.device),
+                "contiguous": value.is_contiguous()}
+    if isinstance(value, torch.dtype):
+        return str(value)
+    return repr(value)
+
+
+def describe_call(call):
+    names = POSITIONAL.get(call.op, ())
+    args = {names[i] if i < len(names) else "arg%d" % i: describe(a) for i, a in enumerate(call.args)}
+    args.update((key, describe(value)) for key, value in call.kwargs.items())
+    return {"call": "torch_npu." + call.op, "arguments": args}
+
+
+def call_text(described):
+    """``torch_npu.npu_quant_matmul(x1=Tensor[37, 80] torch.int8 stride=(80, 1) ..., output_dtype=...)``."""
+    parts = []
+    for key, value in described["arguments"].items():
+        if isinstance(value, dict):
+            value = "Tensor%s %s stride=%s offset=%d %s" % (
+                value["shape"], value["dtype"], tuple(value["stride"]), value["storage_offset"], value["device"])
+        parts.append("%s=%s" % (key, value))
+    return "%s(%s)" % (described["call"], ", ".join(parts))
+
+
+# --------------------------------------------------------------------------- inputs and references
+
+
+def f64(t):
+    import torch
+
+    return t.detach().to(device="cpu", dtype=torch.float64)
+
+
+def hadamard(size):
+    """Normalized regular Hadamard matrix of order ``size`` (a power of four), float64."""
+    import torch
+
+    h4 = torch.ones(4, 4, dtype=torch.float64) - 2 * torch.eye(4, dtype=torch.float64).flip(0)
+    h = h4
+    while h.shape[0] < size:
+        h = torch.kron(h, h4)
+    return h / size ** 0.5
+
+
+def rotate(x, group):
+    """``x`` rotated by the block Hadamard of ConvRot, per group of ``group`` columns."""
+    shape = x.shape
+    return (x.reshape(-1, shape[-1] // group, group) @ hadamard(group)).reshape(shape)
+
+
+def quantize_weight(w, per_row, torch):
+    """Symmetric int8 weight and its scale, per output row or per tensor."""
+    amax = w.abs().amax(dim=1, keepdim=True) if per_row else w.abs().amax()
+    scale = (amax / 127.0).clamp(min=1e-8)
+    return torch.round(w / scale).clamp(-127, 127).to(torch.int8), scale
+
+
+def make_inputs(case, device, seed):
+    """x, weight, weight_scale, bias of ``case``, on ``device``, as ComfyUI stores them."""
+    import torch
+
+    generator = torch.Generator().manual_seed(seed)
+    k, n = case.x_shape[-1], case.n
+    x_dtype = getattr(torch, case.x_dtype)
+    if case.layout == "strided":
+        wide = torch.randn(case.x_shape[0], k + 16, generator=generator).to(device, x_dtype)
+        x = wide[:, 8:8 + k]
+    elif case.layout == "offset":
+        batch = torch.randn((case.x_shape[0] + 1,) + tuple(case.x_shape[1:]), generator=generator)
+        x = batch.to(device, x_dtype)[1:]
+    else:
+        x = torch.randn(case.x_shape, generator=generator)
+        if case.zero_row:
+            x.reshape(-1, k)[min(3, x.numel() // k - 1)] = 0
+        x = x.to(device, x_dtype)
+    w = torch.randn(n, k, generator=generator) / k ** 0.5
+    q, scale = quantize_weight(w, case.scale != "()", torch)
+    scale = scale.reshape({"()": (), "[N]": (n,), "[N,1]": (n, 1)}[case.scale])
+    bias = None
+    if case.bias:
+        magnitude = torch.rand(n, generator=generator) + 0.5  # |bias| in [0.5, 1.5): outputs are ~1
+        sign = torch.randint(0, 2, (n,), generator=generator) * 2 - 1
+        bias = (magnitude * sign).to(device, getattr(torch, case.bias))
+    return x, q.to(device), scale.to(device, getattr(torch, case.scale_dtype)), bias
+
+
+def float_reference(x, weight, weight_scale, bias, convrot):
+    """The layer in float64 on the CPU: (rotated) x @ dequantized weight.T + bias."""
+    xf = f64(x)
+    if convrot:
+        xf = rotate(xf, convrot)
+    scale = f64(weight_scale).reshape(-1)
+    w = f64(weight) * (scale.reshape(-1, 1) if scale.numel() > 1 else scale)
+    out = xf @ w.t()
+    return out if bias is None else out + f64(bias)
+
+
+# --------------------------------------------------------------------------- checks
+
+
+def compare(out, reference):
+    """Cosine and relative MAE of ``out`` against ``reference``."""
+    import torch
+
+    o = f64(out).reshape(-1)
+    r = f64(reference).reshape(-1)
+    if not torch.isfinite(o).all():
+        return {"cosine": float("nan"), "rel_mae": float("inf")}
+    return {"cosine": torch.nn.functional.cosine_similarity(o, r, dim=0).item(),
+            "rel_mae": ((o - r).abs().mean() / r.abs().mean()).item()}
+
+
+def end_to_end_failures(metrics):
+    failures = []
+    if not metrics["cosine"] >= COSINE_MIN:
+        failures.append("cosine %.6f < %s against the float64 layer" % (metrics["cosine"], COSINE_MIN))
+    if not metrics["rel_mae"] <= REL_MAE_MAX:
+        failures.append("relative MAE %.4f > %s against the float64 layer" % (metrics["rel_mae"], REL_MAE_MAX))
+    return failures
+
+
+def dynamic_quant_check(call):
+    """``npu_dynamic_quant`` against round-half-even of x * 127 / max|x| per row, in float64."""
+    import torch
+
+    x = f64(call.args[0])
+    codes, scale = call.result
+    failures = []
+    if codes.dtype != torch.int8 or tuple(codes.shape) != tuple(x.shape):
+        failures.append("codes %s %s, expected torch.int8 %s" % (codes.dtype, list(codes.shape), list(x.shape)))
+    if scale.dtype != torch.float32 or tuple(scale.shape) != tuple(x.shape[:-1]):
+        failures.append("scale %s %s, expected torch.float32 %s"
+                        % (scale.dtype, list(scale.shape), list(x.shape[:-1])))
+    if failures:
+        return {}, failures
+    amax = x.abs().amax(dim=-1)
+    inv = torch.where(amax > 0, 127.0 / amax, torch.zeros_like(amax))
+    diff = (f64(codes) - torch.round(x * inv.unsqueeze(-1))).abs()
+    expected_scale = amax / 127.0
+    scale_err = (f64(scale) - expected_scale).abs()
+    scale_ok = torch.isfinite(f64(scale)) & (scale_err <= SCALE_RTOL * expected_scale + ZERO_SCALE_ATOL)
+    metrics = {"codes_max_diff": int(diff.max().item()),
+               "codes_off_by_one": (diff == 1).double().mean().item(),
+               "scale_max_rel_err": (scale_err / expected_scale.clamp(min=1e-30)).max().item()}
+    if metrics["codes_max_diff"] > 1:
+        failures.append("npu_dynamic_quant codes differ by up to %d from round(x*127/max|x|)"
+                        % metrics["codes_max_diff"])
+    if metrics["codes_off_by_one"] > CODE_OFF_BY_ONE_MAX:
+        failures.append("npu_dynamic_quant: %.1f%% of codes off by one (allowed %.0f%%)"
+                        % (100 * metrics["codes_off_by_one"], 100 * CODE_OFF_BY_ONE_MAX))
+    if not scale_ok.all():
+        row = int((~scale_ok).reshape(-1).nonzero()[0].item())
+        failures.append("npu_dynamic_quant scale of row %d is %r, expected max|x|/127 = %r"
+                        % (row, f64(scale).reshape(-1)[row].item(), expected_scale.reshape(-1)[row].item()))
+    return metrics, failures
+
+
+def quant_matmul_check(call):
+    """``npu_quant_matmul`` against acc * scale * pertoken + bias in float64 from its own inputs."""
+    import torch
+
+    x1, x2, scale = call.args[:3]
+    pertoken, bias = call.kwargs.get("pertoken_scale"), call.kwargs.get("bias")
+    out_dtype = call.kwargs.get("output_dtype")
+    out = call.result
+    if out.dtype != out_dtype:
+        return {}, ["npu_quant_matmul returned %s, asked for %s" % (out.dtype, out_dtype)]
+    scaled = (f64(x1) @ f64(x2)) * f64(scale)
+    if pertoken is not None:
+        scaled = scaled * f64(pertoken).unsqueeze(-1)
+    float_bias = f64(bias) if bias is not None else torch.zeros((), dtype=torch.float64)
+    reference = scaled + float_bias
+    if not torch.isfinite(reference).all():
+        return {}, ["npu_quant_matmul was given non-finite scales or bias"]
+    if tuple(out.shape) != tuple(reference.shape):
+        return {}, ["npu_quant_matmul returned shape %s, expected %s" % (list(out.shape), list(reference.shape))]
+    info = torch.finfo(out_dtype)
+    allowed = info.eps * reference.abs() + FP32_TERMS * (scaled.abs() + float_bias.abs()) + info.tiny
+    ratio = torch.nan_to_num((f64(out) - reference).abs() / allowed, nan=float("inf"))
+    worst = int(ratio.reshape(-1).argmax().item())
+    row, column = divmod(worst, reference.shape[-1])
+    metrics = {"qmm_max_err_ratio": ratio.max().item()}
+    if not metrics["qmm_max_err_ratio"] <= 1.0:
+        return metrics, ["npu_quant_matmul off by %.3g times the rounding bound; worst at row %d column %d: "
+                         "%r, expected %r" % (metrics["qmm_max_err_ratio"], row, column,
+                                              f64(out).reshape(-1)[worst].item(),
+                                              reference.reshape(-1)[worst].item())]
+    return metrics, []
+
+
+def device_call_checks(calls):
+    """Every recorded quant call checked on its own inputs."""
+    checkers = {"npu_dynamic_quant": dynamic_quant_check, "npu_quant_matmul": quant_matmul_check}
+    metrics, failures = {}, []
+    for call in calls:
+        checker = checkers.get(call.op)
+        if checker is not None:
+            found, failed = checker(call)
+            metrics.update(found)
+            failures.extend(failed)
+    missing = [op for op in checkers if op not in {c.op for c in calls}]
+    if missing:
+        failures.append("the INT8 path made no %s call" % " and no ".join(missing))
+    return metrics, failures
+
+
+def fallback_check(out, x, weight, weight_scale, bias):
+    """The dequantized linear: within GEMM rounding in x's dtype of the float64 layer."""
+    import torch
+
+    reference = float_reference(x, weight, weight_scale, bias, 0)
+    scale = f64(weight_scale).reshape(-1)
+    w = f64(weight).abs() * (scale.reshape(-1, 1) if scale.numel() > 1 else scale).abs()
+    terms = f64(x).abs() @ w.t() + (0 if bias is None else f64(bias).abs())
+    # weight and bias rounded to x's dtype, fp32 accumulation, one rounding of the result
+    allowed = torch.finfo(x.dtype).eps * terms + torch.finfo(out.dtype).eps * reference.abs()
+    ratio = torch.nan_to_num((f64(out) - reference).abs() / allowed, nan=float("inf"))
+    metrics = {"gemm_max_err_ratio": ratio.max().item()}
+    if not metrics["gemm_max_err_ratio"] <= 1.0:
+        return metrics, ["dequantized linear off by %.3g times the GEMM rounding bound"
+                         % metrics["gemm_max_err_ratio"]]
+    return metrics, []
+
+
+class Matrix:
+    """Runs ``Case``s through the shim's INT8 math (``int8_math``) on one device.
+
+    The device calls are exactly the production ones: the activation
+    flattened to 2-D, ConvRot by comfy-kitchen's own rotation, then
+    ``npu_quant_linear`` (dynamic quant + quant matmul) or the dequantized
+    fallback linear.
+    """
+
+    def __init__(self, torch_npu, device):
+        self.device = device
+        self.ops = RecordingOps(torch_npu)
+
+    @staticmethod
+    def kwargs(case, x, weight, weight_scale, bias):
+        import torch
+
+        return dict(x=x, weight=weight, weight_scale=weight_scale, bias=bias,
+                    out_dtype=getattr(torch, case.out_dtype), convrot=bool(case.convrot),
+                    convrot_groupsize=case.convrot or 256)
+
+    @staticmethod
+    def skip_reason(case, kwargs):
+        from ascend_shim.kitchen import contract
+
+        if case.convrot and kitchen_rotation() is None:
+            return "ConvRot needs comfy-kitchen's Hadamard rotation; comfy-kitchen is not installed"
+        if case.path == "npu":
+            declined = contract.check(contract.int8_linear_call(**kwargs), frozenset({None}))
+            if declined:
+                return "the shim declines this call (%s: %s)" % declined
+        return None
+
+    def compute(self, case, kwargs):
+        from ascend_shim.kitchen import int8_math
+
+        x, weight = kwargs["x"], kwargs["weight"]
+        if case.path == "fallback":
+            return int8_math.dequantized_linear(x, weight, kwargs["weight_scale"], kwargs["bias"],
+                                                kwargs["out_dtype"])
+        if case.convrot:
+            build_hadamard, rotate_activation = kitchen_rotation()
+            x = rotate_activation(x, build_hadamard(case.convrot, device=x.device, dtype=x.dtype), case.convrot)
+        shape = x.shape
+        x2d = x if len(shape) == 2 else x.reshape(-1, shape[-1])
+        out = int8_math.npu_quant_linear(x2d, weight, kwargs["weight_scale"], kwargs["bias"],
+                                         kwargs["out_dtype"], self.ops)
+        return out if len(shape) == 2 else out.reshape(*shape[:-1], weight.shape[0])
+
+    def run(self, case, seed):
+        x, weight, weight_scale, bias = make_inputs(case, self.device, seed)
+        kwargs = self.kwargs(case, x, weight, weight_scale, bias)
+        result = {"name": case.name, "path": case.path}
+        skipped = self.skip_reason(case, kwargs)
+        if skipped:
+            result.update(passed=True, skipped=skipped)
+            return result
+        self.ops.calls = []
+        try:
+            out = self.compute(case, kwargs)
+        except Exception as exc:
+            result.update(passed=False, failures=["the device raised %s: %s" % (type(exc).__name__, exc)],
+                          calls=[describe_call(c) for c in self.ops.calls] or [fallback_call(kwargs)])
+            return result
+        failures = output_failures(out, kwargs)
+        if not failures:
+            if case.path == "npu":
+                metrics, found = device_call_checks(self.ops.calls)
+                result.update(metrics)
+                failures += found
+                e2e = compare(out, float_reference(x, weight, weight_scale, bias, case.convrot))
+                result.update(e2e)
+                failures += end_to_end_failures(e2e)
+            else:
+                metrics, found = fallback_check(out, x, weight, weight_scale, bias)
+                result.update(metrics)
+                failures += found
+        result.update(passed=not failures, failures=failures,
+                      calls=[describe_call(c) for c in self.ops.calls] or [fallback_call(kwargs)])
+        return result
+
+
+def output_failures(out, kwargs):
+    x, weight = kwargs["x"], kwargs["weight"]
+    expected = (list(x.shape[:-1]) + [weight.shape[0]], kwargs["out_dtype"], x.device)
+    got = (list(out.shape), out.dtype, out.device)
+    if got != expected:
+        return ["output %s %s on %s, expected %s %s on %s" % (got + expected)]
+    return []
+
+
+def kitchen_rotation():
+    """comfy-kitchen's ConvRot (build_hadamard, rotate_activation), as the backend uses them, or None."""
+    try:
+        from comfy_kitchen.tensor import int8_utils
+
+        return int8_utils._build_hadamard, int8_utils._rotate_activation
+    except (ImportError, AttributeError):
+        return None
+
+
+def fallback_call(kwargs):
+    """The on-device fallback described like a device call (it is a float linear)."""
+    names = ("x", "weight", "weight_scale", "bias", "out_dtype")
+    return {"call": "ascend_shim dequantized_linear (torch.nn.functional.linear on the device)",
+            "arguments": {name: describe(kwargs[name]) for name in names}}
+
+
+# --------------------------------------------------------------------------- the other checks
 
 
 def quantized_weight(n, k, device):
     import torch
 
-    w = torch.randn(n, k)
-    scale = (w.abs().amax(dim=1, keepdim=True) / 127.0).clamp(min=1e-8)
-    q = torch.round(w / scale).clamp(-127, 127).to(torch.int8)
+    q, scale = quantize_weight(torch.randn(n, k), True, torch)
     return q.to(device), scale.to(device)
 
 
-def compare(out, reference):
-    import torch
-
-    o = out.detach().float().cpu().reshape(-1)
-    r = reference.detach().float().cpu().reshape(-1)
-    return {"cosine": torch.nn.functional.cosine_similarity(o, r, dim=0).item(),
-            "rel_mae": ((o - r).abs().mean() / r.abs().mean()).item()}
-
-
-def _fallbacks(caught):
-    from ascend_shim.fallback_report import PATTERN
-
-    return sorted({m.group(1) for w in caught for m in [PATTERN.search(str(w.message))] if m})
-
-
 def report_check(torch, torch_npu, device):
+    """The call from the original report: bf16 activations, int8 weight, shape/dtype/device."""
     x = torch.randn(128, 2048, dtype=torch.bfloat16, device=device)
     w = torch.randint(-127, 128, (2048, 2048), dtype=torch.int8, device=device)
     scale = torch.full((2048,), 0.01, dtype=torch.float32, device=device)
@@ -55,20 +491,8 @@ def report_check(torch, torch_npu, device):
             "device": str(y.device), "passed": ok}
 
 
-def layer_check(torch, torch_npu, device, m, k, n):
-    from ascend_shim.kitchen import int8_math
-
-    q, scale = quantized_weight(n, k, device)
-    x = torch.randn(m, k, dtype=torch.bfloat16, device=device)
-    out = int8_math.npu_quant_linear(x, q, scale, None, torch.bfloat16, torch_npu)
-    reference = x.float().cpu() @ (q.float().cpu() * scale.float().cpu()).t()
-    result = {"name": "int8_linear M=%d K=%d N=%d" % (m, k, n)}
-    result.update(compare(out, reference))
-    result["passed"] = result["cosine"] >= COSINE_MIN and result["rel_mae"] <= REL_MAE_MAX
-    return result
-
-
 def kitchen_check(torch, device):
+    """Through comfy-kitchen's dispatch: which backend served, and how close."""
     try:
         import comfy_kitchen as ck
     except ImportError:
@@ -80,12 +504,42 @@ def kitchen_check(torch, device):
     kwargs = dict(x=x, weight=q, weight_scale=scale, bias=None, out_dtype=torch.bfloat16)
     backend = ck.registry.get_capable_backend("int8_linear", kwargs)
     out = ck.int8_linear(x, q, scale, None, torch.bfloat16)
-    reference = x.float().cpu() @ (q.float().cpu() * scale.float().cpu()).t()
     result = {"name": "comfy-kitchen int8_linear", "backend": backend}
-    result.update(compare(out, reference))
+    result.update(compare(out, float_reference(x, q, scale, None, 0)))
     result["passed"] = (backend != "eager" and result["cosine"] >= COSINE_MIN
                         and result["rel_mae"] <= REL_MAE_MAX)
     return result
+
+
+def _fallbacks(caught):
+    from ascend_shim.fallback_report import PATTERN
+
+    return sorted({m.group(1) for w in caught for m in [PATTERN.search(str(w.message))] if m})
+
+
+def versions(torch, torch_npu, device):
+    """What a bug report needs: torch, torch_npu, CANN, device, Python, shim, comfy-kitchen."""
+    import ascend_shim
+
+    try:
+        from torch_npu.utils.collect_env import get_cann_version
+
+        cann = get_cann_version()
+    except Exception as exc:
+        cann = "unknown (%s: %s)" % (type(exc).__name__, exc)
+    return {"device": torch.npu.get_device_name(device.index), "torch": torch.__version__,
+            "torch_npu": torch_npu.__version__, "cann": cann, "python": platform.python_version(),
+            "ascend_shim": ascend_shim.__version__,
+            "comfy_kitchen": kitchen_version()}
+
+
+def kitchen_version():
+    try:
+        from importlib import metadata
+
+        return metadata.version("comfy-kitchen")
+    except Exception:
+        return None
 
 
 def run():
@@ -103,16 +557,49 @@ def run():
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         checks.append(report_check(torch, torch_npu, device))
-        for m, k, n in SHAPES:
-            checks.append(layer_check(torch, torch_npu, device, m, k, n))
+        cases = Matrix(torch_npu, device)
+        for seed, case in enumerate(matrix()):
+            checks.append(cases.run(case, seed))
         kitchen = kitchen_check(torch, device)
         if kitchen is not None:
             checks.append(kitchen)
         torch.npu.synchronize()
     fallbacks = _fallbacks(caught)
     checks.append({"name": "no CPU fallback", "fallbacks": fallbacks, "passed": not fallbacks})
-    return {"npu": True, "device": torch.npu.get_device_name(device.index), "torch_npu": torch_npu.__version__,
+    info = versions(torch, torch_npu, device)
+    return {"npu": True, "device": info["device"], "torch_npu": info["torch_npu"], "versions": info,
             "checks": checks, "passed": all(c["passed"] for c in checks)}
+
+
+# --------------------------------------------------------------------------- output
+
+
+def check_lines(check):
+    status = "SKIP" if check.get("skipped") else ("PASS" if check["passed"] else "FAIL")
+    detail = ", ".join("%s=%s" % (k, ("%.6g" % v) if isinstance(v, float) else v)
+                       for k, v in check.items()
+                       if k not in ("name", "passed", "failures", "calls", "path"))
+    lines = ["  [%s] %s  %s" % (status, check["name"], detail)]
+    if not check["passed"]:
+        lines += ["      %s" % failure for failure in check.get("failures", ())]
+        lines += ["      %s" % call_text(call) for call in check.get("calls", ())]
+    return lines
+
+
+def text_report(result):
+    info = result["versions"]
+    lines = ["selftest on %s: torch %s, torch_npu %s, CANN %s, Python %s, ascend_shim %s, comfy-kitchen %s"
+             % (info["device"], info["torch"], info["torch_npu"], info["cann"], info["python"],
+                info["ascend_shim"], info["comfy_kitchen"] or "not installed")]
+    for check in result["checks"]:
+        lines += check_lines(check)
+    failed = [c["name"] for c in result["checks"] if not c["passed"]]
+    lines.append("thresholds: end to end cosine >= %s, relative MAE <= %.0f%%; device calls against float64 "
+                 "on their own inputs (ratio <= 1 passes)" % (COSINE_MIN, REL_MAE_MAX * 100))
+    if failed:
+        lines.append("%d check(s) failed: %s. To report it, paste this whole output (or `python -m "
+                     "ascend_shim selftest --json`) into a bug report." % (len(failed), "; ".join(failed)))
+    return "\n".join(lines)
 
 
 def main(options):
@@ -122,12 +609,7 @@ def main(options):
     elif not result["npu"]:
         print("selftest needs an Ascend NPU: %s" % result["reason"])
     else:
-        print("selftest on %s (torch_npu %s)" % (result["device"], result["torch_npu"]))
-        for check in result["checks"]:
-            detail = ", ".join("%s=%s" % (k, ("%.6f" % v) if isinstance(v, float) else v)
-                               for k, v in check.items() if k not in ("name", "passed"))
-            print("  [%s] %s  %s" % ("PASS" if check["passed"] else "FAIL", check["name"], detail))
-        print("thresholds: cosine >= %s, relative MAE <= %.0f%%" % (COSINE_MIN, REL_MAE_MAX * 100))
+        print(text_report(result))
     if not result["npu"]:
         return NO_NPU
-    return 0 if result["passed"] else 1
+    return PASSED if result["passed"] else FAILED

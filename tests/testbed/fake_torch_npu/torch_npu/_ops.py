@@ -2,6 +2,11 @@
 
 They check what the real ops check, compute on the CPU data behind the npu
 wrappers, and record each accepted call in ``torch_npu._testbed``.
+
+``TESTBED_QMM_CORRUPT=<name>[,<name>]`` (read at every call) makes the ops
+subtly wrong in the ways listed in ``CORRUPTIONS``, one defect each, so the
+tests can prove that ``python -m ascend_shim selftest`` catches a device that
+is wrong about a call the shim makes.
 """
 
 from __future__ import annotations
@@ -21,6 +26,50 @@ _FLOAT_OUT = (torch.float16, torch.bfloat16)
 _DTYPE_CODES = {1: torch.int8, 3: torch.int32, 5: torch.float16, 6: torch.float32, 15: torch.bfloat16}
 _INT8_RANGE = (-128, 127)
 _INT32_RANGE = (-(2**31), 2**31 - 1)
+
+# rows per M tile and the K/N alignment a defective kernel might assume
+_M_TILE = 128
+_ALIGN = 16
+
+CORRUPTIONS = {
+    # npu_quant_matmul
+    "pertoken_dropped": "the pertoken scale is ignored",
+    "scale_twice": "the weight scale is applied twice",
+    "x2_strides_ignored": "x2 is read as a contiguous (k, n) tensor whatever its strides (.t() views)",
+    "bias_ignored": "a float bias is ignored",
+    "fp16_zeros": "float16 output is all zeros",
+    "bf16_bias_as_fp16": "a bfloat16 bias is read as float16 bits",
+    "fp16_bias_as_bf16": "a float16 bias is read as bfloat16 bits",
+    "per_channel_scale_first": "a per-channel (n,) scale uses its first element for every column",
+    "odd_m_tail": "for an odd m > 1 the last row repeats the row before it",
+    "m_tile": "rows past the first %d-row tile use the pertoken scale of the row one tile up" % _M_TILE,
+    "k_tail": "for k not a multiple of %d the last k %% %d columns are left out of the sum" % (_ALIGN, _ALIGN),
+    "n_tail": "for n not a multiple of %d the last n %% %d output columns are zeros" % (_ALIGN, _ALIGN),
+    # npu_dynamic_quant
+    "dyn_round_toward_zero": "codes are truncated instead of rounded half to even",
+    "dyn_strides_ignored": "the input is read as contiguous whatever its strides",
+    "dyn_offset_ignored": "the input is read from the start of its storage (storage offset ignored)",
+    "zero_row_nan": "an all-zero row gets a NaN scale",
+}
+
+
+def _corruptions() -> frozenset:
+    names = {n.strip() for n in os.environ.get("TESTBED_QMM_CORRUPT", "").split(",") if n.strip()}
+    unknown = sorted(names - set(CORRUPTIONS))
+    if unknown:
+        raise ValueError(
+            f"TESTBED_QMM_CORRUPT: unknown corruption(s) {unknown}; known: {sorted(CORRUPTIONS)}"
+        )
+    return frozenset(names)
+
+
+def _contiguous_read(t: torch.Tensor, offset: int) -> torch.Tensor:
+    """``t``'s shape read row-major from its storage at ``offset`` (a defective kernel's view)."""
+    strides, step = [], 1
+    for size in reversed(t.shape):
+        strides.append(step)
+        step *= size
+    return torch.as_strided(t, t.shape, tuple(reversed(strides)), offset)
 
 
 def _dtype_arg(value, op, name):
@@ -95,14 +144,23 @@ def npu_dynamic_quant(input, *, smooth_scales=None, group_index=None, dst_type=N
     if _testbed.is_zero_cost():
         return _empty(input.shape, torch.int8, index), _empty(input.shape[:-1], torch.float32, index)
 
+    defects = _corruptions()
     with torch.no_grad():
-        xf = npu_device.unwrap(input).float()
+        x = npu_device.unwrap(input)
+        if "dyn_strides_ignored" in defects:
+            x = _contiguous_read(x, x.storage_offset())
+        if "dyn_offset_ignored" in defects:
+            x = torch.as_strided(x, x.shape, x.stride(), 0)
+        xf = x.float()
         if smooth_scales is not None:
             xf = xf * npu_device.unwrap(smooth_scales).float()
         inv = 127.0 / xf.abs().amax(dim=-1, keepdim=True)  # inf for an all-zero row
-        q = torch.round(xf * inv)  # round half to even; 0 * inf -> NaN -> 0 below
+        rounding = torch.trunc if "dyn_round_toward_zero" in defects else torch.round
+        q = rounding(xf * inv)  # round half to even; 0 * inf -> NaN -> 0 below
         q = torch.nan_to_num(q, nan=0.0).clamp_(-127, 127).to(torch.int8)
         scale = torch.reciprocal(inv).squeeze(-1)  # 0 for an all-zero row
+        if "zero_row_nan" in defects:
+            scale = torch.where(torch.isinf(inv.squeeze(-1)), torch.nan, scale)
     return _out(q.contiguous(), index), _out(scale.contiguous(), index)
 
 
@@ -277,18 +335,43 @@ def npu_quant_matmul(
         return _empty(out_shape, out_dtype, index)
 
     u = npu_device.unwrap
+    defects = _corruptions()
     with torch.no_grad():
-        acc = _exact_int_matmul(u(x1), u(x2))
+        a, b = u(x1), u(x2)
+        if "x2_strides_ignored" in defects:
+            b = _contiguous_read(b, b.storage_offset())
+        if "k_tail" in defects and k % _ALIGN:
+            a, b = a[..., : k - k % _ALIGN], b[..., : k - k % _ALIGN, :]
+        acc = _exact_int_matmul(a, b)
         if bias is not None and bias.dtype == torch.int32:
             acc = acc + u(bias).double()
         out = acc.float()  # int32 -> fp32 first, then scale (FACTS §4.5)
         s = u(scale)
         s = _decode_int64_scale(s) if s.dtype == torch.int64 else s.float()
+        if "per_channel_scale_first" in defects and s.numel() > 1:
+            s = s[:1]
         out = out * s
-        if pertoken_scale is not None:
-            out = out * u(pertoken_scale).unsqueeze(-1)
-        if bias is not None and bias.dtype != torch.int32:
-            out = out + u(bias).float()
+        if "scale_twice" in defects:
+            out = out * s
+        if pertoken_scale is not None and "pertoken_dropped" not in defects:
+            p = u(pertoken_scale)
+            if "m_tile" in defects and m > _M_TILE:
+                rows = torch.arange(m)
+                p = p[torch.where(rows >= _M_TILE, rows - _M_TILE, rows)]
+            out = out * p.unsqueeze(-1)
+        if bias is not None and bias.dtype != torch.int32 and "bias_ignored" not in defects:
+            float_bias = u(bias)
+            if "bf16_bias_as_fp16" in defects and float_bias.dtype == torch.bfloat16:
+                float_bias = float_bias.view(torch.float16)
+            if "fp16_bias_as_bf16" in defects and float_bias.dtype == torch.float16:
+                float_bias = float_bias.view(torch.bfloat16)
+            out = out + float_bias.float()
+        if "odd_m_tail" in defects and m > 1 and m % 2:
+            out[..., m - 1, :] = out[..., m - 2, :]
+        if "n_tail" in defects and n % _ALIGN:
+            out[..., n - n % _ALIGN :] = 0
+        if "fp16_zeros" in defects and out_dtype == torch.float16:
+            out = torch.zeros_like(out)
         if offset is not None:
             out = out + u(offset)
         if out_dtype in _FLOAT_OUT:

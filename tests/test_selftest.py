@@ -1,0 +1,244 @@
+"""``python -m ascend_shim selftest`` catches a device that is wrong about any call the shim makes.
+
+Each corruption of the simulated device (``TESTBED_QMM_CORRUPT``, see the
+fake torch_npu's ``_ops.CORRUPTIONS``; the float fallback and ConvRot's
+rotation are corrupted in the scenario) gets a fresh interpreter running the
+selftest; it must exit 1 and name the case that exposes it. The clean bed
+must pass. The checkers' rounding bounds are tested in-process.
+"""
+
+import json
+import sys
+
+import pytest
+import torch
+
+import harness
+from ascend_shim import selftest
+
+KITCHEN = "0.2.40"
+
+M1 = "M=1, bf16 out, no bias, scale [N,1]"
+ODD_BF16 = "odd M, bf16 out, bf16 bias, scale ()"
+ODD_FP16 = "odd M, fp16 out, fp16 bias, scale [N]"
+FP16_NO_BIAS = "fp16 out, no bias, scale [N,1]"
+BF16_TO_FP16 = "bf16 x, fp16 out, bf16 bias (passed as fp16)"
+TILE = "M=260 past the 128/256-row tiles, bf16 bias"
+K104 = "K=104 N=40 (off the 16-grid), bf16 bias"
+K97 = "K=97 N=45 (odd), fp16 bias"
+BATCH_SLICE = "3-D x batch slice (storage offset), fp16 bias"
+COLUMN_SLICE = "2-D x column slice (row stride > K), bf16 bias"
+ZERO_ROW = "all-zero activation row, bf16 bias"
+CONVROT = ("ConvRot group 16, bf16 bias", "ConvRot group 256, fp16 bias")
+FALLBACK = ("fallback: dequantized linear, bf16 bias", "fallback: dequantized linear, fp16, fp16 bias, scale ()")
+LAYER = "int8_linear M=64 K=3840 N=3840"
+
+# corruption of the device -> cases that must fail because of it
+DEVICE_CORRUPTIONS = {
+    "pertoken_dropped": {LAYER, M1, ODD_BF16},
+    "scale_twice": {LAYER, M1, ODD_FP16},
+    "x2_strides_ignored": {LAYER, M1, ODD_BF16},
+    "bias_ignored": {ODD_BF16, ODD_FP16, *CONVROT},
+    "fp16_zeros": {ODD_FP16, FP16_NO_BIAS, BF16_TO_FP16},
+    "bf16_bias_as_fp16": {ODD_BF16, TILE, K104},
+    "fp16_bias_as_bf16": {ODD_FP16, BF16_TO_FP16, K97},
+    "per_channel_scale_first": {M1, ODD_FP16, FP16_NO_BIAS},
+    "odd_m_tail": {ODD_BF16, ODD_FP16, K97},
+    "m_tile": {TILE},
+    "k_tail": {K104, K97},
+    "n_tail": {K104, K97},
+    "dyn_round_toward_zero": {LAYER, M1, ODD_BF16},
+    "dyn_strides_ignored": {COLUMN_SLICE},
+    "dyn_offset_ignored": {BATCH_SLICE},
+    "zero_row_nan": {ZERO_ROW},
+}
+
+RUN_SELFTEST = """
+from ascend_shim import cli
+sys.exit(cli.main(["selftest", "--json"]))
+"""
+# the device's float GEMM (the fallback's F.linear) drops the bias
+FALLBACK_BIAS_DROPPED = """
+import sys, torch
+real_linear = torch.nn.functional.linear
+def linear(input, weight, bias=None):
+    return real_linear(input, weight, None if input.device.type == "npu" else bias)
+torch.nn.functional.linear = linear
+""" + RUN_SELFTEST
+# the device's batched matmul (ConvRot's rotation) returns its left operand
+BATCHED_MATMUL_IDENTITY = """
+import sys, torch
+real_matmul = torch.matmul
+def matmul(a, b, **kwargs):
+    if a.device.type == "npu" and a.dim() == 3:
+        return a.clone()
+    return real_matmul(a, b, **kwargs)
+torch.matmul = matmul
+""" + RUN_SELFTEST
+SCENARIO_CORRUPTIONS = {
+    "fallback_bias_dropped": (FALLBACK_BIAS_DROPPED, set(FALLBACK)),
+    "convrot_matmul_identity": (BATCHED_MATMUL_IDENTITY, set(CONVROT)),
+}
+
+
+def run_selftest(python, tmp_path, kitchen=KITCHEN, code=None, json_output=True, **env):
+    args = [str(python)] + (["-c", code] if code else
+                            ["-m", "ascend_shim", "selftest"] + (["--json"] if json_output else []))
+    return harness.run(args, harness.bed_env("ascend-cu130", kitchen=kitchen, **env), tmp_path, timeout=600)
+
+
+def report(proc):
+    try:
+        return json.loads(proc.stdout)
+    except ValueError:
+        raise AssertionError("selftest printed no JSON (exit %d)\nstdout:\n%s\nstderr:\n%s"
+                             % (proc.returncode, proc.stdout, proc.stderr)) from None
+
+
+def failed_checks(result):
+    return {c["name"]: c for c in result["checks"] if not c["passed"]}
+
+
+def assert_caught(proc, expected):
+    result = report(proc)
+    failed = failed_checks(result)
+    assert proc.returncode == 1 and result["passed"] is False, sorted(failed)
+    missing = expected - set(failed)
+    assert not missing, "not caught by %s (failed: %s)" % (sorted(missing), sorted(failed))
+    return failed
+
+
+# --------------------------------------------------------------------------- on the simulated device
+
+
+def test_the_clean_device_passes_every_case(bed_python, tmp_path):
+    proc = run_selftest(bed_python, tmp_path)
+    result = report(proc)
+    assert proc.returncode == 0 and result["passed"] is True, sorted(failed_checks(result))
+    checks = {c["name"]: c for c in result["checks"]}
+    for case in selftest.matrix():
+        check = checks[case.name]
+        assert check["passed"] and "skipped" not in check, check
+        if case.path == "npu":
+            # each recorded device call was checked against float64
+            assert 0 < check["qmm_max_err_ratio"] <= 1 and check["codes_max_diff"] <= 1
+            assert check["cosine"] >= selftest.COSINE_MIN and check["rel_mae"] <= selftest.REL_MAE_MAX
+            assert [c["call"] for c in check["calls"]] == ["torch_npu.npu_dynamic_quant",
+                                                           "torch_npu.npu_quant_matmul"]
+        else:
+            assert 0 < check["gemm_max_err_ratio"] <= 1
+    versions = result["versions"]
+    assert versions["cann"] == "9.1.0-beta.1" and versions["torch_npu"] == "2.12.0"
+    assert versions["comfy_kitchen"] == KITCHEN and versions["torch"] == torch.__version__
+
+
+def test_without_comfy_kitchen_convrot_is_skipped_and_the_rest_passes(bed_python, tmp_path):
+    proc = run_selftest(bed_python, tmp_path, kitchen=None)
+    result = report(proc)
+    assert proc.returncode == 0 and result["passed"] is True, sorted(failed_checks(result))
+    checks = {c["name"]: c for c in result["checks"]}
+    for name in CONVROT:
+        assert "comfy-kitchen is not installed" in checks[name]["skipped"]
+    assert "skipped" not in checks[ODD_FP16] and result["versions"]["comfy_kitchen"] is None
+
+
+@pytest.mark.parametrize("corruption", sorted(DEVICE_CORRUPTIONS))
+def test_a_corrupted_quant_op_fails_the_selftest(bed_python, tmp_path, corruption):
+    proc = run_selftest(bed_python, tmp_path, TESTBED_QMM_CORRUPT=corruption)
+    failed = assert_caught(proc, DEVICE_CORRUPTIONS[corruption])
+    for name in DEVICE_CORRUPTIONS[corruption]:
+        # the report names the device calls of the failing case, arguments and all
+        calls = {c["call"]: c["arguments"] for c in failed[name]["calls"]}
+        matmul = calls["torch_npu.npu_quant_matmul"]
+        assert set(matmul) >= {"x1", "x2", "scale", "pertoken_scale", "bias", "output_dtype"}
+        assert matmul["x1"]["dtype"] == "torch.int8" and "stride" in matmul["x2"]
+
+
+@pytest.mark.parametrize("corruption", sorted(SCENARIO_CORRUPTIONS))
+def test_a_corrupted_float_op_fails_the_selftest(bed_python, tmp_path, corruption):
+    code, expected = SCENARIO_CORRUPTIONS[corruption]
+    assert_caught(run_selftest(bed_python, tmp_path, code=code), expected)
+
+
+def test_the_text_report_can_be_pasted_upstream(bed_python, tmp_path):
+    proc = run_selftest(bed_python, tmp_path, json_output=False, TESTBED_QMM_CORRUPT="bias_ignored")
+    out = proc.stdout
+    assert proc.returncode == 1, out + proc.stderr
+    assert out.startswith("selftest on Ascend910B3: torch %s, torch_npu 2.12.0, CANN 9.1.0-beta.1"
+                          % torch.__version__)
+    block = out[out.index("[FAIL] %s" % ODD_BF16):]
+    assert "npu_quant_matmul off by" in block
+    assert ("torch_npu.npu_quant_matmul(x1=Tensor[37, 80] torch.int8 stride=(80, 1) offset=0 npu:0, "
+            "x2=Tensor[80, 56] torch.int8 stride=(1, 80) offset=0 npu:0, "
+            "scale=Tensor[1] torch.float32 stride=(1,) offset=0 npu:0, "
+            "pertoken_scale=Tensor[37] torch.float32 stride=(1,) offset=0 npu:0, "
+            "bias=Tensor[56] torch.bfloat16 stride=(1,) offset=0 npu:0, "
+            "output_dtype=torch.bfloat16)") in block
+    assert "[PASS] %s" % M1 in out  # no bias: the defect does not touch it
+    assert "paste this whole output" in out
+
+
+# --------------------------------------------------------------------------- the bounds, in-process
+
+
+def quant_matmul_call(out_dtype=torch.bfloat16, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    m, k, n = 9, 40, 24
+    x1 = torch.randint(-127, 128, (m, k), generator=g, dtype=torch.int8)
+    weight = torch.randint(-127, 128, (n, k), generator=g, dtype=torch.int8)
+    scale = torch.rand(n, generator=g) * 0.01 + 0.001
+    pertoken = torch.rand(m, generator=g) * 0.02 + 0.001
+    bias = (torch.rand(n, generator=g) + 0.5).to(out_dtype)
+    exact = (x1.double() @ weight.double().t()) * scale.double() * pertoken.double().unsqueeze(-1)
+    out = (exact + bias.double()).to(out_dtype)  # one round-to-nearest-even, as the op
+    kwargs = dict(pertoken_scale=pertoken, bias=bias, output_dtype=out_dtype)
+    return selftest.Call("npu_quant_matmul", (x1, weight.t(), scale), kwargs, out)
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_quant_matmul_bound_passes_one_rounding_and_fails_three_ulps(dtype):
+    call = quant_matmul_call(dtype)
+    metrics, failures = selftest.quant_matmul_check(call)
+    assert failures == [] and 0 < metrics["qmm_max_err_ratio"] <= 0.5
+
+    off = call.result.clone()
+    off.view(torch.int16)[4, 7] += 3  # three representable values away from zero
+    metrics, failures = selftest.quant_matmul_check(selftest.Call(call.op, call.args, call.kwargs, off))
+    assert metrics["qmm_max_err_ratio"] > 1 and "worst at row 4 column 7" in failures[0]
+
+
+def test_quant_matmul_bound_fails_a_dropped_bias():
+    call = quant_matmul_call()
+    without = dict(call.kwargs, bias=None)
+    metrics, failures = selftest.quant_matmul_check(selftest.Call(call.op, call.args, without, call.result))
+    assert failures and metrics["qmm_max_err_ratio"] > 100
+
+
+def test_dynamic_quant_check_allows_one_code_and_catches_truncation():
+    g = torch.Generator().manual_seed(1)
+    x = torch.randn(16, 96, generator=g).to(torch.bfloat16)
+    xf = x.double()
+    amax = xf.abs().amax(-1, keepdim=True)
+    codes = torch.round(xf * 127 / amax).to(torch.int8)
+    scale = (amax / 127).squeeze(-1).float()
+    nudged = codes.clone()
+    nudged[3, 5] += 1 if nudged[3, 5] < 127 else -1
+    metrics, failures = selftest.dynamic_quant_check(selftest.Call("npu_dynamic_quant", (x,), {}, (nudged, scale)))
+    assert failures == [] and metrics["codes_max_diff"] == 1
+
+    truncated = torch.trunc(xf * 127 / amax).to(torch.int8)
+    _, failures = selftest.dynamic_quant_check(selftest.Call("npu_dynamic_quant", (x,), {}, (truncated, scale)))
+    assert any("off by one" in f for f in failures)
+
+
+def test_the_reference_rotation_is_comfy_kitchens():
+    kitchen = harness.kitchen_dir(KITCHEN)
+    sys.path.insert(0, str(kitchen))
+    try:
+        from comfy_kitchen.tensor import int8_utils
+    finally:
+        sys.path.remove(str(kitchen))
+    for size in (4, 16, 256):
+        ours = selftest.hadamard(size)
+        assert torch.allclose(ours @ ours.t(), torch.eye(size, dtype=torch.float64))
+        assert torch.equal(ours.float(), int8_utils._build_hadamard(size, dtype=torch.float32))
