@@ -18,7 +18,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-TESTS = Path(__file__).resolve().parent
+TESTS = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(TESTS))
 
 from testbed import machine  # noqa: E402

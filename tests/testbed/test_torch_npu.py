@@ -19,7 +19,7 @@ import harness
 import pytest
 import torch
 
-TESTS = Path(__file__).resolve().parent
+TESTS = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(TESTS))
 
 from testbed import machine  # noqa: E402
