@@ -11,6 +11,7 @@ live in ``test_comfy_patches.py``.
 """
 
 import importlib
+import inspect
 import io
 import json
 import logging
@@ -90,12 +91,21 @@ def int8_layer():
             "quant_matmul": torch_npu._testbed.calls["npu_quant_matmul"]}
 
 
+def unet_dtype_fp8():
+    """unet_dtype for an fp8 checkpoint (``weight_dtype`` since v0.3.15-ish; before, fp8 in the list)."""
+    if "weight_dtype" in inspect.signature(mm.unet_dtype).parameters:
+        return str(mm.unet_dtype(weight_dtype=torch.float8_e4m3fn))
+    return str(mm.unet_dtype(supported_dtypes=[torch.float8_e4m3fn, torch.float16, torch.float32]))
+
+
 probes = {
     "is_nvidia": lambda: mm.is_nvidia(),
     "is_ascend_npu": lambda: mm.is_ascend_npu(),
     "pick_operations": lambda: importlib.import_module("comfy.ops").pick_operations(
         torch.bfloat16, torch.bfloat16).__name__,
-    "unet_dtype_fp8": lambda: str(mm.unet_dtype(weight_dtype=torch.float8_e4m3fn)),
+    "unet_dtype_fp8": unet_dtype_fp8,
+    "unet_dtype": lambda: str(mm.unet_dtype()),
+    "unet_dtype_bf16_or_fp32": lambda: str(mm.unet_dtype(supported_dtypes=[torch.bfloat16, torch.float32])),
     "supports_fp8_compute": lambda: mm.supports_fp8_compute(),
     "supports_nvfp4_compute": lambda: mm.supports_nvfp4_compute(),
     "supports_mxfp8_compute": lambda: mm.supports_mxfp8_compute(),
@@ -104,6 +114,11 @@ probes = {
     "get_all_torch_devices": lambda: [str(d) for d in mm.get_all_torch_devices()],
     "debug_memory_summary": lambda: type(mm.debug_memory_summary()).__name__,
     "should_use_bf16": lambda: mm.should_use_bf16(),
+    "should_use_bf16_on_cpu": lambda: mm.should_use_bf16(torch.device("cpu")),
+    "should_use_fp16": lambda: mm.should_use_fp16(),
+    "get_all_torch_devices_excluding_current":
+        lambda: [str(d) for d in mm.get_all_torch_devices(exclude_current=True)],
+    "get_all_torch_devices_unknown_argument": lambda: mm.get_all_torch_devices(True, "extra"),
     "load_torch_file": load_then_overwrite,
 }
 if machine is not None and machine.active() in ("ascend-cu130", "ascend-cpu"):

@@ -11,32 +11,9 @@ import os
 
 import pytest
 
-import harness
+from comfy_runs import NO_DRIVER, NPU_BRANCH_OF_DEVICE_LIST, comfy_run, ok, variant_without  # noqa: F401
 
-CASES = harness.TESTS / "patches" / "comfy_cases.py"
 SHAPES = ("v0_29", "v0_3_45")
-NO_DRIVER = "error: RuntimeError: Found no NVIDIA driver"
-
-
-@pytest.fixture(scope="session")
-def comfy_run(bed_python, tmp_path_factory):
-    cache = {}
-
-    def run(comfy, machine="ascend-cu130", flags=(), kitchen="0.2.26", **env):
-        key = (comfy, machine, tuple(flags), kitchen, tuple(sorted(env.items())))
-        if key not in cache:
-            comfy_dir = comfy if os.sep in comfy else str(harness.COMFY_FAKES / comfy)
-            cwd = tmp_path_factory.mktemp("comfy")
-            proc = harness.run([str(bed_python), str(CASES), comfy_dir, "--", *flags],
-                               harness.bed_env(machine, kitchen=kitchen, **env), cwd, timeout=300)
-            cache[key] = harness.last_json(proc)
-        return cache[key]
-
-    return run
-
-
-def ok(value):
-    return "ok: %r" % (value,)
 
 
 @pytest.mark.parametrize("shape", SHAPES)
@@ -226,25 +203,9 @@ def test_real_comfyui(comfy_run):
     assert result["status"]["is_nvidia"]["late"] is False
 
 
-def variant_without(tmp_path_factory, shape, text, keep=""):
-    """A copy of a fake shape with ``text`` cut out of model_management.py (``keep`` left)."""
-    import shutil
-
-    variant = tmp_path_factory.mktemp("variant") / "comfyui"
-    shutil.copytree(harness.COMFY_FAKES / shape, variant)
-    mm_file = variant / "comfy" / "model_management.py"
-    source = mm_file.read_text()
-    assert text in source
-    mm_file.write_text(source.replace(text, keep))
-    return str(variant)
-
-
 def test_device_list_without_an_npu_branch(comfy_run, tmp_path_factory):
     """A ComfyUI whose get_all_torch_devices knows only CUDA: the patch lists the NPU."""
-    variant = variant_without(tmp_path_factory, "v0_29",
-                              '        elif is_ascend_npu():\n'
-                              '            for i in range(torch.npu.device_count()):\n'
-                              '                devices.append(torch.device("npu", i))\n')
+    variant = variant_without(tmp_path_factory, "v0_29", NPU_BRANCH_OF_DEVICE_LIST)
     assert comfy_run(variant, ASCEND_SHIM="0")["probes"]["get_all_torch_devices"] == ok([])
     result = comfy_run(variant)
     assert result["probes"]["get_all_torch_devices"] == ok(["npu:0"])
