@@ -51,6 +51,38 @@ def test_dequantized_linear_matches_float_math():
     assert torch.allclose(scalar.float(), x @ (q.float() * 0.5).t(), rtol=1e-2, atol=1e-1)
 
 
+FLOATS = (torch.float16, torch.bfloat16, torch.float32)
+
+
+@pytest.mark.parametrize("x_dtype", FLOATS)
+@pytest.mark.parametrize("out_dtype", FLOATS)
+@pytest.mark.parametrize("scale,x_magnitude", [(1000.0, 1e-3), (1e-7, 1e4)])
+def test_dequantized_linear_survives_extreme_scales(x_dtype, out_dtype, scale, x_magnitude):
+    """Outputs of about 1-1000, representable in every dtype, from weight scales whose
+    dequantized weight (127 * 1000) overflows fp16 or (127 * 1e-7) underflows it."""
+    torch.manual_seed(4)
+    q = torch.randint(-127, 128, (64, 128), dtype=torch.int8)
+    q[:, 0] = 127
+    weight_scale = torch.full((64, 1), scale)
+    x = (torch.randn(9, 128) * x_magnitude).to(x_dtype)
+    bias = torch.randn(64)
+    expected = x.double() @ (q.double() * scale).t() + bias.double()
+    out = int8_math.dequantized_linear(x, q, weight_scale, bias, out_dtype)
+    assert out.dtype == out_dtype
+    assert torch.isfinite(out).all()
+    error = (out.double() - expected).abs().mean() / expected.abs().mean()
+    assert error <= 5e-3, error
+
+
+def test_flat_bias_is_eagers_reshape():
+    bias = torch.arange(6.0).reshape(1, 1, 6)
+    flat = int8_math.flat_bias(bias, torch.bfloat16)
+    assert flat.shape == (6,) and flat.dtype == torch.bfloat16
+    assert torch.equal(flat.float(), torch.arange(6.0))
+    same = torch.ones(6, dtype=torch.float16)
+    assert int8_math.flat_bias(same, torch.float16) is same
+
+
 def test_apply_residual_keeps_the_output_dtype():
     out = torch.ones(2, 4, dtype=torch.bfloat16)
     residual = torch.full((2, 4), 3.0)
@@ -86,12 +118,15 @@ def test_npu_quant_linear_passes_the_scales_once_and_the_weight_as_a_view():
 
     weight = torch.randint(-127, 128, (8, 16), dtype=torch.int8)
     x = torch.randn(4, 16, dtype=torch.bfloat16)
-    out = int8_math.npu_quant_linear(x, weight, torch.rand(8, 1), torch.randn(8), torch.bfloat16, Ops())
+    # a bias of N elements in any shape goes in as [N] (eager: bias.reshape(1, -1))
+    out = int8_math.npu_quant_linear(x, weight, torch.rand(8, 1), torch.randn(1, 1, 8), torch.bfloat16,
+                                     Ops())
     qmm = calls["qmm"]
     assert qmm["x2"].data_ptr() == weight.data_ptr() and qmm["x2"].shape == (16, 8)  # .t() view
     assert qmm["scale"].shape == (8,) and qmm["scale"].dtype == torch.float32
     assert qmm["pertoken_scale"].shape == (4,)
-    assert qmm["bias"].dtype == torch.bfloat16 and qmm["output_dtype"] == torch.bfloat16
+    assert qmm["bias"].dtype == torch.bfloat16 and qmm["bias"].shape == (8,)
+    assert qmm["output_dtype"] == torch.bfloat16
     assert out.shape == (4, 8)
 
 
