@@ -62,39 +62,45 @@ class _Step:
         self.run = run  # run(state_dict) -> None, changes the dict in place
 
 
+def _name(layer):
+    """A layer prefix ("blocks.0.", or "" for a layer loading its own state dict) for messages."""
+    return layer[:-1] if layer else "<layer>"
+
+
 def _plan_fp8_layer(sd, layer, conf, form):
-    weight_key, scale_key = layer + ".weight", layer + ".weight_scale"
+    weight_key, scale_key = layer + "weight", layer + "weight_scale"
+    name = _name(layer)
     weight, scale = sd.get(weight_key), sd.get(scale_key)
     if not isinstance(weight, torch.Tensor):
-        raise Fp8DecodeError("%s: format %s but no weight tensor" % (layer, conf.get("format")))
+        raise Fp8DecodeError("%s: format %s but no weight tensor" % (name, conf.get("format")))
     if scale is None:
-        raise Fp8DecodeError("%s: format %s (%s) without weight_scale" % (layer, conf.get("format"), weight.dtype))
-    fp8_math.check_decodable(weight.dtype, layer)
-    fp8_math.check_scale(scale, weight.shape[0] if weight.dim() else 1, layer + " weight_scale")
-    obsolete = [layer + ".input_scale"]
+        raise Fp8DecodeError("%s: format %s (%s) without weight_scale" % (name, conf.get("format"), weight.dtype))
+    fp8_math.check_decodable(weight.dtype, name)
+    fp8_math.check_scale(scale, weight.shape[0] if weight.dim() else 1, name + " weight_scale")
+    obsolete = [layer + "input_scale"]
 
     if form == "int8" and weight.dim() == 2:
         def to_int8(state):
-            qdata, qscale = fp8_math.requantize_int8(state[weight_key], state[scale_key], what=layer)
+            qdata, qscale = fp8_math.requantize_int8(state[weight_key], state[scale_key], what=name)
             kept = {k: conf[k] for k in KEPT_FOR_INT8 if k in conf}
             state[weight_key] = qdata
             state[scale_key] = qscale
-            state[layer + "." + QUANT_KEY] = layer_conf_tensor(dict({"format": INT8_FORMAT}, **kept))
+            state[layer + QUANT_KEY] = layer_conf_tensor(dict({"format": INT8_FORMAT}, **kept))
             for key in obsolete:
                 state.pop(key, None)
 
         return _Step("int8", layer, to_int8)
 
     def to_bf16(state):
-        state[weight_key] = fp8_math.decode(state[weight_key], state[scale_key], what=layer)
-        for key in [scale_key, layer + "." + QUANT_KEY] + obsolete:
+        state[weight_key] = fp8_math.decode(state[weight_key], state[scale_key], what=name)
+        for key in [scale_key, layer + QUANT_KEY] + obsolete:
             state.pop(key, None)
 
     return _Step("bf16", layer, to_bf16)
 
 
 def _plan_w4a8_layer(sd, layer):
-    key = layer + ".weight_s_rel"
+    key = layer + "weight_s_rel"
     s_rel = sd.get(key)
     if not isinstance(s_rel, torch.Tensor) or not (_is_8bit_float_tensor(s_rel) or s_rel.dtype == torch.uint8):
         return None
@@ -108,12 +114,16 @@ def _plan_w4a8_layer(sd, layer):
 
 def _refuse_other_format(sd, layer, fmt):
     for key, value in sd.items():
-        if key.startswith(layer + ".") and _is_8bit_float_tensor(value):
+        if key.startswith(layer) and _is_8bit_float_tensor(value):
             raise Fp8DecodeError(
                 "%s: format %r keeps %s in %s; only %s and %s layers are decoded for a device "
-                "without float8" % (layer, fmt, value.dtype, key.rsplit(".", 1)[-1],
+                "without float8" % (_name(layer), fmt, value.dtype, key[len(layer):],
                                     "/".join(FP8_FORMATS), W4A8_FORMAT)
             )
+
+
+def _is_quant_key(key):
+    return key == QUANT_KEY or key.endswith("." + QUANT_KEY)
 
 
 def _legacy_pending(sd, key):
@@ -126,12 +136,11 @@ def _legacy_pending(sd, key):
 def plan(sd, prefix="", form="bf16"):
     """The steps that leave no float8 under ``prefix``; raises on what it cannot decode."""
     steps, covered = [], set()
-    layers = sorted(k[: -len(QUANT_KEY) - 1] for k in sd
-                    if k.startswith(prefix) and k.endswith("." + QUANT_KEY))
+    layers = sorted(k[: -len(QUANT_KEY)] for k in sd if k.startswith(prefix) and _is_quant_key(k))
     for layer in layers:
-        conf = read_layer_conf(sd[layer + "." + QUANT_KEY], layer)
+        conf = read_layer_conf(sd[layer + QUANT_KEY], _name(layer))
         fmt = conf.get("format")
-        covered.add(layer + ".")
+        covered.add(layer)
         if fmt in FP8_FORMATS:
             steps.append(_plan_fp8_layer(sd, layer, conf, form))
         elif fmt == W4A8_FORMAT:
