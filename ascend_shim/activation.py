@@ -61,7 +61,7 @@ def at_startup():
     if pth:
         how = "ascend_shim.pth"
     elif sitecustomize:
-        how = "the checkout's sitecustomize.py (no-install mode, PYTHONPATH=%s)" % os.path.dirname(sitecustomize)
+        how = "no-install mode: PYTHONPATH=%s" % os.path.dirname(sitecustomize)
     else:
         how = None
     why_not = None

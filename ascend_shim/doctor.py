@@ -304,7 +304,7 @@ def _comfyui_line(comfyui, given):
 
 def _shim_line(shim):
     if shim["active"]:
-        return "active, started by %s" % shim["how"]
+        return "active (%s)" % shim["how"]
     return "NOT active: %s" % shim["why_not"]
 
 

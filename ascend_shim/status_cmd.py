@@ -146,7 +146,7 @@ def headline(data):
     startup, machine = data["startup"], data["machine"]
     lines = ["ascend_shim %s" % _version()]
     if startup["active"]:
-        lines.append("  import hook  installed at startup by %s" % startup["how"])
+        lines.append("  import hook  installed at startup (%s)" % startup["how"])
     else:
         lines.append("  import hook  NOT installed at startup: %s" % startup["why_not"])
     lines.append("  machine      %s" % machine["summary"])

@@ -43,7 +43,7 @@ def test_quick_start_status_without_torch(no_torch_python, tmp_path):
     proc = cli(no_torch_python, ["status"], tmp_path, harness.scrubbed_env())
     assert proc.returncode == 0 and proc.stderr == ""
     lines = proc.stdout.splitlines()
-    assert "  import hook  installed at startup by ascend_shim.pth" in lines
+    assert "  import hook  installed at startup (ascend_shim.pth)" in lines
     assert ("  machine      no NPU: torch is not installed in this interpreter, "
             "the shim will stay inert") in lines
     assert lines[-1].startswith("next: nothing to do on this machine")

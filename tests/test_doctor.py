@@ -118,13 +118,13 @@ def test_without_torch(venv_for, tmp_path):
 
 def test_no_install_mode_status_and_doctor_agree(plain_venv, tmp_path):
     env = harness.scrubbed_env(PYTHONPATH=harness.REPO)
-    how = "the checkout's sitecustomize.py (no-install mode, PYTHONPATH=%s)" % harness.REPO
+    how = "no-install mode: PYTHONPATH=%s" % harness.REPO
     status = harness.run([str(plain_venv), "-m", "ascend_shim", "status"], env, tmp_path)
-    assert "  import hook  installed at startup by %s" % how in status.stdout.splitlines()
+    assert "  import hook  installed at startup (%s)" % how in status.stdout.splitlines()
     report = json.loads(doctor(plain_venv, tmp_path, env, "--json").stdout)
     assert report["shim"]["active"] is True and report["shim"]["how"] == how
     text = doctor(plain_venv, tmp_path, env).stdout
-    assert "shim        %s, active, started by %s" % (report["shim"]["version"], how) in text
+    assert "shim        %s, active (%s)" % (report["shim"]["version"], how) in text
 
 
 def test_pythonpath_at_the_package_folder_is_reported(plain_venv, tmp_path):
