@@ -30,6 +30,7 @@ import threading
 import ascend_shim
 
 _start_lock = threading.RLock()
+_namespace_lock = threading.RLock()
 _engine = {"module": None, "error": None, "started": False}
 _executing = set()  # watched names between exec start and delivery
 _delivered = {}     # name -> module object last delivered
@@ -109,8 +110,15 @@ def _deliver_parent_namespace(name):
     if root == name:
         return
     package = sys.modules.get(root)
-    if package is not None and _delivered.get(root) is not package and root not in _executing:
-        deliver(package)
+    if package is None or getattr(package, "__file__", None) is not None:
+        return  # not imported, or a regular package: its own loader delivers it
+    if _delivered.get(root) is package:
+        return
+    # threads importing the first submodules at once: one delivers, the
+    # others wait until it is done (the root's patches come first)
+    with _namespace_lock:
+        if _delivered.get(root) is not package:
+            deliver(package)
 
 
 def engine():

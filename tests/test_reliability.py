@@ -94,7 +94,8 @@ def run_py(python, code, cwd, stderr_closed=False, **env):
 FULLY_PATCHED = """
     import json, sys, ascend_shim, wrapt
     import comfy.model_management as mm, comfy.utils as cu
-    rows = {r["name"]: r["state"] for r in ascend_shim.status()["patches"]}
+    rows = {r["name"]: r["state"] if r["state"] == "applied" else "%s (%s)" % (r["state"], r["reason"])
+            for r in ascend_shim.status()["patches"]}
     print(json.dumps({"errors": errors, "alive": alive, "is_nvidia": mm.is_nvidia(),
                       "pinned": mm.MAX_PINNED_MEMORY, "mmap": cu.DISABLE_MMAP,
                       "wrappers": len(list(wrapt.wrapper_chain(mm.is_nvidia))) - 1,
@@ -126,7 +127,8 @@ def test_concurrent_first_imports_are_always_fully_patched(venv_for, slow_dummy,
         for t in threads: t.start()
         for t in threads: t.join(timeout=30)
         alive = sum(t.is_alive() for t in threads)
-    """ % (threads, threads) + FULLY_PATCHED
+    """ % (threads, threads)
+    code = textwrap.dedent(code) + textwrap.dedent(FULLY_PATCHED)
     path = os.pathsep.join([str(slow), str(root)])
 
     def one_run(_):
