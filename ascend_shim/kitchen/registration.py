@@ -222,6 +222,15 @@ def _current_registry():
     return KitchenRegistry(registry) if registry is not None else None
 
 
+def _upstream_serves(registry):
+    """Upstream's ``ascend`` offers int8_linear and comes before the shim's fallback,
+    which takes every NPU call that reaches it."""
+    order = registry.priority()
+    if not upstream_int8(registry) or UPSTREAM not in order:
+        return False
+    return FALLBACK not in order or order.index(UPSTREAM) < order.index(FALLBACK)
+
+
 def npu_int8_served(device=None, probe=True):
     """True while an NPU kernel (ours or upstream's) would serve int8_linear.
 
@@ -231,7 +240,7 @@ def npu_int8_served(device=None, probe=True):
     registry = _current_registry()
     if registry is None:
         return False
-    if upstream_int8(registry) and UPSTREAM in registry.priority():
+    if _upstream_serves(registry):
         return True
     installation = _state["installation"]
     if installation is None or SHIM not in installation.registered:

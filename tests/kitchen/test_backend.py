@@ -156,12 +156,12 @@ def test_unknown_options_go_to_eager_logged_once(kitchen_run, version):
         case = cases[name]
         assert "error" not in case, case
         assert case["cos"] >= 0.99995 and case["cpu_fallbacks"] == [], case
-        assert case["quant_matmul"] == 0 and case["served_fallback"] == 0, case
+        assert case["served_npu_quant"] == 0 and case["served_fallback"] == 0, case
         if version >= "0.2.23":  # both shim backends decline during selection
             assert case["validation"]["param"] == "future_option"
-            assert case["backend"] == "eager"
+            assert case["backend"] == ("ascend" if upstream_first(version) else "eager")
         else:  # selected without rules: the shim hands the call to eager itself
-            assert case["served_eager"] == 1
+            assert case["served_eager"] == 1 and case["quant_matmul"] == 0
     assert cases["unknown-keyword-again"]["unknown_warnings"] == 1
 
 
@@ -173,8 +173,8 @@ def test_capability_is_probed_once_before_the_first_call(kitchen_run, version):
     result = kitchen_run(version, "bad", ASCEND_SHIM_INT8="shim")
     first, second = by_name(result)["first-call"], by_name(result)["second-call"]
     assert first["validation"]["kernels"] + first["dynamic_quant"] + first["quant_matmul"] == 4 + 4 + 2
+    assert first["served_npu_quant"] == 1 and first["cpu_fallbacks"] == [] and first["cos"] >= 0.99995
     assert second["validation"]["kernels"] == 0
-    assert_on_device(first)
     assert_on_device(second)
     capability = result["report"]["capability"]
     assert capability["problem"] is None
