@@ -505,6 +505,11 @@ def _dispatch(func, args, kwargs):
 
     # Where results live: an explicit device= kwarg wins (e.g. _to_copy to cpu).
     target = kwargs.get("device")
+    if target is None and schema_name == "aten::to":
+        # aten::to.device takes it positionally; inside another subclass's
+        # __torch_dispatch__ ``.cpu()``/``.to()`` arrive here undecomposed
+        target = next((a for a in args if isinstance(a, torch.device)), None)
+    to_host = isinstance(target, torch.device) and target.type != DEVICE_TYPE
     if isinstance(target, torch.device):
         if target.type == DEVICE_TYPE:
             out_index = _state["current"] if target.index is None else target.index
@@ -525,6 +530,8 @@ def _dispatch(func, args, kwargs):
         if not isinstance(o, torch.Tensor) or isinstance(o, NpuTensor):
             return o
         same = inputs.get(id(o))
+        if same is not None and to_host and isinstance(same, NpuTensor):
+            return o.clone()  # the CPU op aliased its input; a transfer to the host copies
         if same is not None:  # in-place / out= op: hand back the caller's tensor
             if isinstance(same, NpuTensor):
                 _sync_metadata(same)

@@ -83,6 +83,35 @@ class _Checks:
         y = x.cpu().to("npu")
         assert torch.equal(x.cpu(), y.cpu()) and float(x.sum()) == float(x.cpu().sum())
 
+    def test_transfers_to_the_host_inside_another_subclass_copy(self):
+        # inside a foreign __torch_dispatch__ (kitchen's QuantizedTensor)
+        # .cpu()/.to("cpu") reach the bed undecomposed; the CPU op aliases
+        # its input, yet the caller must get a host tensor, not the npu one
+        seen = {}
+
+        class Foreign(torch.Tensor):
+            @staticmethod
+            def __new__(cls, elem):
+                return torch.Tensor._make_wrapper_subclass(cls, elem.shape, dtype=elem.dtype, device=elem.device)
+
+            def __init__(self, elem):
+                self.elem = elem
+
+            @classmethod
+            def __torch_dispatch__(cls, func, types, args=(), kwargs=None):
+                y = torch.arange(3.0).npu()
+                seen["cpu"], seen["to"] = y.cpu(), y.to("cpu")
+                seen["npu"] = y
+                return args[0].elem
+
+        torch.ops.aten.abs(Foreign(torch.ones(2).npu()))
+        for name in ("cpu", "to"):
+            host = seen[name]
+            assert type(host) is torch.Tensor and host.device.type == "cpu", name
+            assert host.tolist() == [0.0, 1.0, 2.0]
+            host.add_(1)  # a copy: the device tensor is unchanged
+        assert seen["npu"].cpu().tolist() == [0.0, 1.0, 2.0]
+
     def test_hf32_flag_defaults_off_and_round_trips(self):
         assert torch.npu.matmul.allow_hf32 is False
         torch.npu.matmul.allow_hf32 = True

@@ -9,6 +9,9 @@ comfy_kitchen, any of 0.2.11 - 0.2.40, must be importable).
 
 - ``v0_29``   ComfyUI ~0.30 ("0.30.2", the seed's) with the post-0.29
               ``supports_int8_compute`` / ``comfy.ops.get_disabled_quant_formats``.
+- ``v0_30``   ComfyUI 0.30.0: ``QUANT_ALGOS`` adds ``convrot_w4a4`` and
+              ``asym_w4a8_int8`` (kitchen 0.2.27+), ``pick_operations``
+              never disables an INT8 format, mixed precision loads W4A8 layers.
 - ``v0_3_45`` ComfyUI ~0.3.45 API: DISABLE_MMAP, ``pick_operations(...,
               scaled_fp8=None)``, no kitchen / nvfp4 / mxfp8 /
               ``get_all_torch_devices``; pinned-memory constants added anyway.
@@ -33,7 +36,7 @@ stay importable without torch.
 import os
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-SHAPES = ("v0_29", "v0_3_45", "v0_3_11", "v0_3_10")
+SHAPES = ("v0_30", "v0_29", "v0_3_45", "v0_3_11", "v0_3_10")
 
 
 def shape_path(name):

@@ -1,4 +1,4 @@
-"""Fake ``comfy.ops`` (shape v0_29).
+"""Fake ``comfy.ops`` (shape v0_30).
 
 - ``pick_operations(weight_dtype, compute_dtype, load_device=None,
   disable_fast_fp8=False, fp8_optimizations=False, model_config=None)`` calls
@@ -10,6 +10,12 @@
   ``comfy_quant`` the way ComfyUI's loader does and runs INT8 weights as a
   kitchen ``QuantizedTensor`` through ``F.linear`` (path A); a format in
   ``disabled`` (or fp8, which this fake does not run natively) is dequantized.
+  v0.30 adds the 4-bit INT8-compute formats: ``asym_w4a8_int8`` (``weight``
+  int8 ``[N, K/2]``, ``weight_s_rel`` float8_e4m3fn or uint8 viewed as it,
+  ``weight_s_channel`` fp32 ``[N]``, optional ``weight_codebook`` ``[16]``)
+  and ``convrot_w4a4`` (``weight`` int8 ``[N, K/2]``, ``weight_scale``).
+- ``pick_operations`` disables only nvfp4, mxfp8 and fp8, each by its probe:
+  the INT8 formats are never disabled (v0.30), so they reach kitchen.
 - ``linear_input_act`` calls ``comfy_kitchen.int8_linear`` directly (path B).
 - ``make_int8_linear`` is a test-bed convenience (not an upstream name).
 """
@@ -97,6 +103,33 @@ class fp8_ops(manual_cast):
 CUBLAS_IS_AVAILABLE = False
 
 
+_FOUR_BIT_FORMATS = ("asym_w4a8_int8", "convrot_w4a4")
+
+
+def _four_bit_params(fmt, layout_cls, conf, state_dict, prefix, device, loaded, compute_dtype, shape):
+    """Layout params of a v0.30 4-bit INT8-compute layer, popping its tensors from ``state_dict``."""
+    def take(name, required=True):
+        key = f"{prefix}{name}"
+        value = state_dict.pop(key, None)
+        if value is None and required:
+            raise ValueError(f"Missing {name} for layer {prefix.rstrip('.')}")
+        if value is not None:
+            loaded.append(key)
+            value = value.to(device=device)
+        return value
+
+    if fmt == "convrot_w4a4":
+        options = {k: conf[k] for k in ("convrot_groupsize", "quant_group_size", "linear_dtype") if k in conf}
+        return layout_cls.Params(scale=take("weight_scale"), orig_dtype=compute_dtype, orig_shape=shape, **options)
+    s_rel = take("weight_s_rel")
+    if s_rel.dtype == torch.uint8:  # files store the float8 group scales as raw bytes
+        s_rel = s_rel.view(torch.float8_e4m3fn)
+    return layout_cls.Params(scale=s_rel, s_channel=take("weight_s_channel"), codebook=take("weight_codebook", False),
+                             group_size=int(conf.get("group_size", 16)),
+                             convrot_groupsize=int(conf.get("convrot_groupsize", 256)),
+                             orig_dtype=compute_dtype, orig_shape=shape)
+
+
 def mixed_precision_ops(quant_config={}, compute_dtype=torch.bfloat16, full_precision_mm=False, disabled=[]):
     class MixedPrecisionOps(manual_cast):
         _quant_config = quant_config
@@ -137,21 +170,27 @@ def mixed_precision_ops(quant_config={}, compute_dtype=torch.bfloat16, full_prec
                     self._full_precision_mm_config = conf.get("full_precision_matrix_mult", False)
                     if self._full_precision_mm_config or self.quant_format in self._disabled_formats:
                         self._full_precision_mm = True
-                    if self.quant_format not in ("int8_tensorwise", "float8_e4m3fn", "float8_e5m2"):
+                    if self.quant_format not in ("int8_tensorwise", "float8_e4m3fn", "float8_e5m2",
+                                                 *_FOUR_BIT_FORMATS):
                         raise ValueError(f"Unsupported quantization format: {self.quant_format}")
                     qconfig = QUANT_ALGOS[self.quant_format]
                     self.layout_type = qconfig["comfy_tensor_layout"]
                     layout_cls = get_layout_class(self.layout_type)
-                    scale = state_dict.pop(f"{prefix}weight_scale", None)
-                    if scale is None:
-                        raise ValueError(f"Missing weight scale for layer {prefix.rstrip('.')}")
-                    loaded.append(f"{prefix}weight_scale")
-                    extra = {"scale": scale.to(device=device)}
-                    if self.quant_format == "int8_tensorwise" and conf.get("convrot", False):
-                        extra["convrot"] = True
-                        extra["convrot_groupsize"] = int(conf.get("convrot_groupsize", 256))
-                    params = layout_cls.Params(**extra, orig_dtype=MixedPrecisionOps._compute_dtype,
-                                               orig_shape=(self.out_features, self.in_features))
+                    if self.quant_format in _FOUR_BIT_FORMATS:
+                        params = _four_bit_params(self.quant_format, layout_cls, conf, state_dict, prefix,
+                                                  device, loaded, MixedPrecisionOps._compute_dtype,
+                                                  (self.out_features, self.in_features))
+                    else:
+                        scale = state_dict.pop(f"{prefix}weight_scale", None)
+                        if scale is None:
+                            raise ValueError(f"Missing weight scale for layer {prefix.rstrip('.')}")
+                        loaded.append(f"{prefix}weight_scale")
+                        extra = {"scale": scale.to(device=device)}
+                        if self.quant_format == "int8_tensorwise" and conf.get("convrot", False):
+                            extra["convrot"] = True
+                            extra["convrot_groupsize"] = int(conf.get("convrot_groupsize", 256))
+                        params = layout_cls.Params(**extra, orig_dtype=MixedPrecisionOps._compute_dtype,
+                                                   orig_shape=(self.out_features, self.in_features))
                     self.weight = torch.nn.Parameter(
                         QuantizedTensor(weight.to(device=device, dtype=qconfig["storage_t"]), self.layout_type, params),
                         requires_grad=False)
@@ -179,6 +218,7 @@ def mixed_precision_ops(quant_config={}, compute_dtype=torch.bfloat16, full_prec
 
 
 def get_disabled_quant_formats(device=None):
+    """v0.30: only the formats with a compute probe; INT8 formats always reach kitchen."""
     disabled = set()
     if not comfy.model_management.supports_nvfp4_compute(device):
         disabled.add("nvfp4")
@@ -186,8 +226,6 @@ def get_disabled_quant_formats(device=None):
         disabled.add("mxfp8")
     if not comfy.model_management.supports_fp8_compute(device):
         disabled.update(("float8_e4m3fn", "float8_e5m2"))
-    if not comfy.model_management.supports_int8_compute(device):
-        disabled.update(("int8_tensorwise", "convrot_w4a4", "asym_w4a8_int8"))
     return disabled
 
 

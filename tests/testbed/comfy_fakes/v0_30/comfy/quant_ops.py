@@ -1,4 +1,4 @@
-"""Fake ``comfy.quant_ops`` (shape v0_29): the bridge to the *real* comfy_kitchen.
+"""Fake ``comfy.quant_ops`` (shape v0_30): the bridge to the *real* comfy_kitchen.
 
 As upstream, at import:
 - ``import comfy_kitchen as ck`` (so ``comfy.quant_ops.ck`` exists); on
@@ -6,8 +6,12 @@ As upstream, at import:
 - kitchen's ``cuda`` backend is disabled unless ``torch.version.cuda`` >= 13,
   and ``triton`` unless ``--enable-triton-backend`` (with triton importable);
 - ``QUANT_ALGOS`` maps format -> storage dtype / layout name; it contains
-  ``"int8_tensorwise"`` -> ``TensorWiseINT8Layout`` (even without kitchen).
-Optional kitchen layouts are picked up by feature (kitchen 0.2.11 - 0.2.40).
+  ``"int8_tensorwise"`` -> ``TensorWiseINT8Layout``, and (v0.30) the two
+  4-bit INT8-compute formats ``"convrot_w4a4"`` -> ``TensorCoreConvRotW4A4Layout``
+  and ``"asym_w4a8_int8"`` -> ``AsymW4A8Int8Layout`` (listed even without
+  kitchen; all three have ``quantize_input: False``).
+Optional kitchen layouts are picked up by feature: v0.30 pins kitchen 0.2.27,
+the first release with ``AsymW4A8Int8Layout``.
 """
 import logging
 
@@ -71,6 +75,19 @@ except ImportError as e:
     def get_layout_class(name):
         return None
 
+def _optional_layout(name):
+    """A kitchen layout class this release may lack (a stand-in when it does)."""
+    if _CK_AVAILABLE:
+        import comfy_kitchen.tensor as _tensor
+        found = getattr(_tensor, name, None)
+        if found is not None:
+            return found, True
+    return type(name, (), {}), False
+
+
+_CKTensorCoreConvRotW4A4Layout, _CK_CONVROT_W4A4_AVAILABLE = _optional_layout("TensorCoreConvRotW4A4Layout")
+_CKAsymW4A8Int8Layout, _CK_W4A8_AVAILABLE = _optional_layout("AsymW4A8Int8Layout")
+
 _CK_MXFP8_AVAILABLE = False
 if _CK_AVAILABLE:
     try:
@@ -95,12 +112,18 @@ TensorCoreFP8Layout = TensorCoreFP8E4M3Layout
 TensorCoreNVFP4Layout = _CKNvfp4Layout
 TensorCoreMXFP8Layout = _CKMxfp8Layout
 TensorWiseINT8Layout = _CKTensorWiseINT8Layout
+TensorCoreConvRotW4A4Layout = _CKTensorCoreConvRotW4A4Layout
+AsymW4A8Int8Layout = _CKAsymW4A8Int8Layout
 
 register_layout_class("TensorCoreFP8Layout", TensorCoreFP8Layout)
 register_layout_class("TensorCoreFP8E4M3Layout", TensorCoreFP8E4M3Layout)
 register_layout_class("TensorCoreFP8E5M2Layout", TensorCoreFP8E5M2Layout)
 register_layout_class("TensorCoreNVFP4Layout", TensorCoreNVFP4Layout)
 register_layout_class("TensorWiseINT8Layout", TensorWiseINT8Layout)
+if _CK_CONVROT_W4A4_AVAILABLE:
+    register_layout_class("TensorCoreConvRotW4A4Layout", TensorCoreConvRotW4A4Layout)
+if _CK_W4A8_AVAILABLE:
+    register_layout_class("AsymW4A8Int8Layout", AsymW4A8Int8Layout)
 if _CK_MXFP8_AVAILABLE:
     register_layout_class("TensorCoreMXFP8Layout", TensorCoreMXFP8Layout)
 
@@ -119,3 +142,7 @@ if _CK_MXFP8_AVAILABLE:
 # float and the kernel quantizes them per row
 QUANT_ALGOS["int8_tensorwise"] = {"storage_t": torch.int8, "parameters": {"weight_scale"},
                                   "comfy_tensor_layout": "TensorWiseINT8Layout", "quantize_input": False}
+QUANT_ALGOS["convrot_w4a4"] = {"storage_t": torch.int8, "parameters": {"weight_scale"},
+                               "comfy_tensor_layout": "TensorCoreConvRotW4A4Layout", "quantize_input": False}
+QUANT_ALGOS["asym_w4a8_int8"] = {"storage_t": torch.int8, "parameters": {"weight_scale"},
+                                 "comfy_tensor_layout": "AsymW4A8Int8Layout", "quantize_input": False}
