@@ -19,6 +19,10 @@ zero row, ConvRot, the on-device fallback) and checks each one twice:
   activations cost about 0.7 % relative RMS (step max|x|/127 over a row,
   error step/sqrt(12)); the bounds leave a factor of two.
 
+Then each further device path of the shim (``EXTRA_CHECKS``): the
+``aten::_int_mm`` kernel bit-exact against CPU ``torch._int_mm``, with
+``torch.npu.matmul.allow_hf32`` off and on.
+
 A failing case lists each device call with its arguments (shapes, dtypes,
 strides, keywords) and the versions of torch, torch_npu and CANN, ready to
 paste into a bug report; ``--json`` gives the same as JSON.
@@ -350,7 +354,7 @@ def fallback_check(out, x, weight, weight_scale, bias):
     scale = f64(weight_scale).reshape(-1)
     w = f64(weight).abs() * (scale.reshape(-1, 1) if scale.numel() > 1 else scale).abs()
     terms = f64(x).abs() @ w.t() + (0 if bias is None else f64(bias).abs())
-    # weight and bias rounded to x's dtype, fp32 accumulation, one rounding of the result
+    # a GEMM no coarser than x's dtype (inputs and result rounded), one rounding of the output
     allowed = torch.finfo(x.dtype).eps * terms + torch.finfo(out.dtype).eps * reference.abs()
     ratio = torch.nan_to_num((f64(out) - reference).abs() / allowed, nan=float("inf"))
     metrics = {"gemm_max_err_ratio": ratio.max().item()}
@@ -464,7 +468,7 @@ def kitchen_rotation():
 def fallback_call(kwargs):
     """The on-device fallback described like a device call (it is a float linear)."""
     names = ("x", "weight", "weight_scale", "bias", "out_dtype")
-    return {"call": "ascend_shim dequantized_linear (torch.nn.functional.linear on the device)",
+    return {"call": "ascend_shim.kitchen.int8_math.dequantized_linear",
             "arguments": {name: describe(kwargs[name]) for name in names}}
 
 
@@ -509,6 +513,99 @@ def kitchen_check(torch, device):
     result["passed"] = (backend != "eager" and result["cosine"] >= COSINE_MIN
                         and result["rel_mae"] <= REL_MAE_MAX)
     return result
+
+
+# (name, dtype of a, M, K, N, operands): K past 1024 crosses the exact fp32 chunks;
+# "extreme" makes every product -128 * -128, so each full chunk sums to exactly 2**24
+INT_MM_CASES = (
+    ("int8 M=17 K=2500 N=33", "int8", 17, 2500, 33, "random"),
+    ("int8 M=8 K=2048 N=16, every product 2**14", "int8", 8, 2048, 16, "extreme"),
+    ("uint8 x int8 M=9 K=600 N=24, mat2 a .t() view", "uint8", 9, 600, 24, "transposed"),
+)
+
+
+def int_mm_operands(spec, seed):
+    """CPU operands of one ``INT_MM_CASES`` entry."""
+    import torch
+
+    _, a_dtype, m, k, n, kind = spec
+    generator = torch.Generator().manual_seed(seed)
+    if kind == "extreme":
+        return torch.full((m, k), -128, dtype=torch.int8), torch.full((k, n), -128, dtype=torch.int8)
+    low = 0 if a_dtype == "uint8" else -128
+    a = torch.randint(low, low + 256, (m, k), generator=generator, dtype=getattr(torch, a_dtype))
+    if kind == "transposed":
+        b = torch.randint(-128, 128, (n, k), generator=generator, dtype=torch.int8).t()
+    else:
+        b = torch.randint(-128, 128, (k, n), generator=generator, dtype=torch.int8)
+    return a, b
+
+
+def int_mm_checks(torch, device):
+    """``aten::_int_mm`` on the device, bit-exact against CPU ``torch._int_mm``.
+
+    With ``torch.npu.matmul.allow_hf32`` off and, as a user may leave it, on:
+    an fp32 GEMM in HF32 is not exact (FACTS 7.3), and the user's setting
+    must survive the call.
+    """
+    try:
+        from ascend_shim import int_mm
+    except ImportError:  # a shim without the kernel
+        return []
+    if not int_mm.registered() and int_mm.served_elsewhere() is None:
+        int_mm.register()  # what the int_mm patch does when torch_npu loads
+    served_by = "ascend_shim" if int_mm.registered() else "torch_npu"
+    settings = getattr(torch.npu, "matmul", None)
+    flags = (False, True) if hasattr(settings, "allow_hf32") else (None,)
+    user = settings.allow_hf32 if flags[0] is not None else None
+    results = []
+    try:
+        for seed, spec in enumerate(INT_MM_CASES):
+            a, b = int_mm_operands(spec, seed)
+            expected = torch._int_mm(a, b)
+            for hf32 in flags:
+                results.append(int_mm_case(torch, spec[0], a, b, expected, device, settings, hf32, served_by))
+    finally:
+        if user is not None:
+            settings.allow_hf32 = user
+    return results
+
+
+def int_mm_case(torch, name, a, b, expected, device, settings, hf32, served_by):
+    label = {None: "", False: ", HF32 off", True: ", HF32 on"}[hf32]
+    result = {"name": "aten::_int_mm %s%s" % (name, label), "served_by": served_by}
+    a_dev, b_dev = a.to(device), b.to(device)
+    call = {"call": "torch._int_mm", "arguments": {"self": describe(a_dev), "mat2": describe(b_dev)}}
+    if hf32 is not None:
+        settings.allow_hf32 = hf32
+        call["arguments"]["torch.npu.matmul.allow_hf32"] = hf32
+    failures = []
+    try:
+        out = torch._int_mm(a_dev, b_dev)
+    except Exception as exc:
+        out = None
+        failures.append("the device raised %s: %s" % (type(exc).__name__, exc))
+    if out is not None:
+        got = out.detach().to("cpu")
+        if got.dtype != torch.int32 or got.shape != expected.shape or out.device != device:
+            failures.append("output %s %s on %s, expected torch.int32 %s on %s"
+                            % (got.dtype, list(got.shape), out.device, list(expected.shape), device))
+        else:
+            wrong = got != expected
+            result["mismatches"] = int(wrong.sum().item())
+            if result["mismatches"]:
+                result["max_abs_diff"] = int((got.long() - expected.long()).abs().max().item())
+                failures.append("%d of %d elements differ from CPU torch._int_mm (max |diff| %d)"
+                                % (result["mismatches"], wrong.numel(), result["max_abs_diff"]))
+    if hf32 is not None and settings.allow_hf32 != hf32:
+        failures.append("torch.npu.matmul.allow_hf32 was %s before the call and %s after"
+                        % (hf32, settings.allow_hf32))
+    result.update(passed=not failures, failures=failures, calls=[call])
+    return result
+
+
+# each returns the results of one more device path; empty when this shim lacks it
+EXTRA_CHECKS = (int_mm_checks,)
 
 
 def _fallbacks(caught):
@@ -560,6 +657,8 @@ def run():
         cases = Matrix(torch_npu, device)
         for seed, case in enumerate(matrix()):
             checks.append(cases.run(case, seed))
+        for extra in EXTRA_CHECKS:
+            checks.extend(extra(torch, device))
         kitchen = kitchen_check(torch, device)
         if kitchen is not None:
             checks.append(kitchen)

@@ -32,6 +32,7 @@ ZERO_ROW = "all-zero activation row, bf16 bias"
 CONVROT = ("ConvRot group 16, bf16 bias", "ConvRot group 256, fp16 bias")
 FALLBACK = ("fallback: dequantized linear, bf16 bias", "fallback: dequantized linear, fp16, fp16 bias, scale ()")
 LAYER = "int8_linear M=64 K=3840 N=3840"
+INT_MM = "aten::_int_mm int8 M=17 K=2500 N=33, %s"
 
 # corruption of the device -> cases that must fail because of it
 DEVICE_CORRUPTIONS = {
@@ -57,12 +58,14 @@ RUN_SELFTEST = """
 from ascend_shim import cli
 sys.exit(cli.main(["selftest", "--json"]))
 """
-# the device's float GEMM (the fallback's F.linear) drops the bias
-FALLBACK_BIAS_DROPPED = """
+# the device's float GEMM (the fallback's F.linear) leaves out the last 16 columns of K
+FALLBACK_GEMM_K_TILE_DROPPED = """
 import sys, torch
 real_linear = torch.nn.functional.linear
 def linear(input, weight, bias=None):
-    return real_linear(input, weight, None if input.device.type == "npu" else bias)
+    if input.device.type == "npu":
+        return real_linear(input[..., :-16], weight[:, :-16], bias)
+    return real_linear(input, weight, bias)
 torch.nn.functional.linear = linear
 """ + RUN_SELFTEST
 # the device's batched matmul (ConvRot's rotation) returns its left operand
@@ -75,8 +78,23 @@ def matmul(a, b, **kwargs):
     return real_matmul(a, b, **kwargs)
 torch.matmul = matmul
 """ + RUN_SELFTEST
+# the device runs fp32 GEMMs in HF32 whatever torch.npu.matmul.allow_hf32 says
+HF32_STUCK_ON = """
+import sys
+from testbed import npu_device
+real_set = npu_device.set_matmul_allow_hf32
+npu_device.set_matmul_allow_hf32 = lambda enabled: real_set(True)
+""" + RUN_SELFTEST
+# the _int_mm kernel leaves the user's HF32 on for its GEMMs
+INT_MM_WITHOUT_HF32_GUARD = """
+import sys, contextlib
+from ascend_shim.kitchen import int8_math
+int8_math.hf32_off = contextlib.nullcontext
+""" + RUN_SELFTEST
 SCENARIO_CORRUPTIONS = {
-    "fallback_bias_dropped": (FALLBACK_BIAS_DROPPED, set(FALLBACK)),
+    "hf32_stuck_on": (HF32_STUCK_ON, {INT_MM % "HF32 off", INT_MM % "HF32 on"}),
+    "int_mm_without_hf32_guard": (INT_MM_WITHOUT_HF32_GUARD, {INT_MM % "HF32 on"}),
+    "fallback_gemm_k_tile_dropped": (FALLBACK_GEMM_K_TILE_DROPPED, set(FALLBACK)),
     "convrot_matmul_identity": (BATCHED_MATMUL_IDENTITY, set(CONVROT)),
 }
 
@@ -127,6 +145,9 @@ def test_the_clean_device_passes_every_case(bed_python, tmp_path):
                                                            "torch_npu.npu_quant_matmul"]
         else:
             assert 0 < check["gemm_max_err_ratio"] <= 1
+    int_mm = [c for c in result["checks"] if c["name"].startswith("aten::_int_mm")]
+    assert len(int_mm) == 2 * len(selftest.INT_MM_CASES)
+    assert all(c["served_by"] == "ascend_shim" and c["mismatches"] == 0 for c in int_mm)
     versions = result["versions"]
     assert versions["cann"] == "9.1.0-beta.1" and versions["torch_npu"] == "2.12.0"
     assert versions["comfy_kitchen"] == KITCHEN and versions["torch"] == torch.__version__
