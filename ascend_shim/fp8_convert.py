@@ -112,18 +112,19 @@ def _plan_w4a8_layer(sd, layer):
     return _Step("scales", layer, to_float32)
 
 
-def _refuse_other_format(sd, layer, fmt):
-    for key, value in sd.items():
-        if key.startswith(layer) and _is_8bit_float_tensor(value):
+def _refuse_other_format(sd, keys, layer, fmt):
+    for key in keys:
+        if _is_8bit_float_tensor(sd[key]):
             raise Fp8DecodeError(
                 "%s: format %r keeps %s in %s; only %s and %s layers are decoded for a device "
-                "without float8" % (_name(layer), fmt, value.dtype, key[len(layer):],
+                "without float8" % (_name(layer), fmt, sd[key].dtype, key[len(layer):],
                                     "/".join(FP8_FORMATS), W4A8_FORMAT)
             )
 
 
-def _is_quant_key(key):
-    return key == QUANT_KEY or key.endswith("." + QUANT_KEY)
+def _layer_of(key):
+    """The layer prefix a key belongs to: "blocks.0." for "blocks.0.weight", "" for "weight"."""
+    return key[: key.rfind(".") + 1]
 
 
 def _legacy_pending(sd, key):
@@ -135,9 +136,13 @@ def _legacy_pending(sd, key):
 
 def plan(sd, prefix="", form="bf16"):
     """The steps that leave no float8 under ``prefix``; raises on what it cannot decode."""
+    by_layer = {}
+    for key in sorted(k for k in sd if k.startswith(prefix)):
+        by_layer.setdefault(_layer_of(key), []).append(key)
     steps, covered = [], set()
-    layers = sorted(k[: -len(QUANT_KEY)] for k in sd if k.startswith(prefix) and _is_quant_key(k))
-    for layer in layers:
+    for layer, keys in by_layer.items():
+        if layer + QUANT_KEY not in sd:
+            continue
         conf = read_layer_conf(sd[layer + QUANT_KEY], _name(layer))
         fmt = conf.get("format")
         covered.add(layer)
@@ -148,15 +153,14 @@ def plan(sd, prefix="", form="bf16"):
             if step is not None:
                 steps.append(step)
         else:
-            _refuse_other_format(sd, layer, fmt)
-    for key in sorted(sd):
-        value = sd[key]
-        if not key.startswith(prefix) or not _is_8bit_float_tensor(value):
+            _refuse_other_format(sd, keys, layer, fmt)
+    for layer, keys in by_layer.items():
+        if layer in covered:
             continue
-        if any(key.startswith(c) for c in covered) or _legacy_pending(sd, key):
-            continue
-        fp8_math.check_decodable(value.dtype, key)
-        steps.append(_Step("bf16", key, _plain_decoder(key)))
+        for key in keys:
+            if _is_8bit_float_tensor(sd[key]) and not _legacy_pending(sd, key):
+                fp8_math.check_decodable(sd[key].dtype, key)
+                steps.append(_Step("bf16", key, _plain_decoder(key)))
     return steps
 
 

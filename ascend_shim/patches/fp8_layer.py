@@ -18,11 +18,22 @@ from ascend_shim.patches._wraps import wrap_function
 _MARK = "_ascend_shim_fp8_decoding"
 
 
+def may_hold_float8(state_dict, prefix):
+    """Whether the layer's entries need a look: a comfy_quant entry, or an 8-bit float weight/bias."""
+    if prefix + "comfy_quant" in state_dict:
+        return True
+    for name in ("weight", "bias"):
+        dtype = getattr(state_dict.get(prefix + name), "dtype", None)
+        if getattr(dtype, "is_floating_point", False) and dtype.itemsize == 1:
+            return True
+    return False
+
+
 def decoding_loader(original):
     """A ``_load_from_state_dict`` that decodes the layer's float8 entries first."""
 
     def _load_from_state_dict(self, state_dict, prefix, *args, **kwargs):
-        form = fp8_state_dict.decoded_form()
+        form = fp8_state_dict.decoded_form() if may_hold_float8(state_dict, prefix) else None
         if form is not None:
             from ascend_shim import fp8_convert
 
