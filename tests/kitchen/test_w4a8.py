@@ -73,3 +73,56 @@ def test_bad_input_gets_eagers_error(w4a8_run, version):
 def test_future_options_are_declined_not_refused(w4a8_run, version):
     future = w4a8_run(version, "declined")["future"]
     assert future == {"plain_is_shim": True, "future_is_eager": True, "neutral_is_shim": True}
+
+
+COMFY_V0_30 = """
+    import json, warnings
+    warnings.simplefilter("ignore")
+    import torch
+    import comfy.model_management as mm
+    import comfy.ops
+    import comfy_kitchen as ck
+    from testbed import npu_device
+    from ascend_shim.kitchen import w4a8
+
+    def marker(conf):
+        return torch.tensor(list(json.dumps(conf).encode()), dtype=torch.uint8)
+
+    def cosine(a, b):
+        return float(torch.nn.functional.cosine_similarity(a.float().flatten(), b.float().flatten(), dim=0))
+
+    device = mm.get_torch_device()
+    config = type("ModelConfig", (), {"quant_config": {"mixed_ops": True}})()
+    ops = comfy.ops.pick_operations(torch.bfloat16, torch.bfloat16, load_device=device, model_config=config)
+    torch.manual_seed(0)
+    n, k = 256, 512
+    qdata, s_rel, s_channel, _correction, codebook = ck.quantize_w4a8_int8_weight(torch.randn(n, k) * 0.02)
+    bias = torch.randn(n, dtype=torch.bfloat16)
+    layer = ops.Linear(k, n, bias=True, device=device)
+    # s_rel as float32: decoding float8 before the device is the fp8 loader's part
+    layer.load_state_dict({"weight": qdata, "weight_s_rel": s_rel.float(), "weight_s_channel": s_channel,
+                           "weight_codebook": codebook, "bias": bias,
+                           "comfy_quant": marker({"format": "asym_w4a8_int8", "group_size": 16,
+                                                  "convrot_groupsize": 256})})
+    x = torch.randn(2, 7, k, dtype=torch.bfloat16)
+    want = ck.w4a8_int8_linear(x, qdata, s_rel, s_channel, codebook=codebook, bias=bias)
+    npu_device.reset_cpu_fallbacks()
+    got = layer(x.to(device))
+    print(json.dumps({
+        "device": str(device), "weight_device": str(layer.weight.device),
+        "disabled": sorted(comfy.ops.get_disabled_quant_formats(device)),
+        "out_device": str(got.device), "shape": list(got.shape), "cos": cosine(got.cpu(), want),
+        "cpu_fallbacks": sorted(npu_device.cpu_fallbacks()), "w4a8": w4a8.report()}))
+"""
+
+
+def test_comfy_v0_30_runs_a_w4a8_layer_on_the_npu(run_bed):
+    proc = run_bed(COMFY_V0_30, comfy="v0_30", kitchen="0.2.27")
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    out = harness.last_json(proc)
+    assert out["device"] == "npu:0" and out["weight_device"] == "npu:0"
+    assert not {"int8_tensorwise", "convrot_w4a4", "asym_w4a8_int8"} & set(out["disabled"])
+    assert out["out_device"] == "npu:0" and out["shape"] == [2, 7, 256]
+    assert out["cpu_fallbacks"] == []
+    assert out["w4a8"]["npu_quant"] == 1 and out["w4a8"]["float_path"] == 0, out
+    assert out["cos"] >= COSINE, out
