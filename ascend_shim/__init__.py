@@ -1,11 +1,11 @@
-"""ascend_shim: run ComfyUI on Huawei Ascend NPUs without editing any file.
+"""ascend_shim: run ComfyUI on Huawei Ascend NPUs without editing any file."""
 
-This module is all that runs at interpreter start (``ascend_shim.pth``, or
-``ascend_shim.start`` on 3.15+, or the checkout's ``sitecustomize.py``), in
-every python of the venv, so it only defines the import finder and
-``init()``; everything else loads on the first import of a watched module
-(``ascend_shim._hook``). See ``_hook`` for why the finder is our own.
-"""
+# This module is all that runs at interpreter start (ascend_shim.pth, or
+# ascend_shim.start on 3.15+, or the checkout's sitecustomize.py), in every
+# python of the venv: it defines the import finder and init(), and the rest
+# loads on the first import of a watched module (ascend_shim._hook, which
+# also says why the finder is our own). Comments rather than docstrings
+# below: they cost nothing to load.
 
 __version__ = "0.2.0"
 
@@ -18,20 +18,21 @@ HOOKED_MODULES = frozenset(("torch_npu", "execution"))
 OFF_VALUES = ("0", "false", "off", "no")
 
 _resolving = set()  # (thread id, name) while the other finders are asked
+_loaders = []       # [HookedLoader, LegacyHookedLoader], made on first use
 
 
 class ImportHookFinder:
-    """Hands watched modules a loader that runs the shim after them.
-
-    Every other import costs one set lookup. ``find_spec`` runs under the
-    interpreter's global import lock, so it imports nothing and calls no
-    importlib helper: it asks the other finders itself.
-    """
+    # Hands watched modules a loader that runs the shim after them; every
+    # other import costs one set lookup. find_spec runs under the global
+    # import lock, so it imports nothing and calls no importlib helper: it
+    # asks the other finders itself.
 
     def find_spec(self, fullname, path=None, target=None):
         if fullname not in HOOKED_MODULES and fullname.partition(".")[0] not in HOOKED_PACKAGES:
             return None
-        key = (_get_ident(), fullname)
+        from _thread import get_ident  # built in: no file is read
+
+        key = (get_ident(), fullname)
         if key in _resolving:  # another finder re-entered the import system
             return None
         _resolving.add(key)
@@ -40,9 +41,10 @@ class ImportHookFinder:
         finally:
             _resolving.discard(key)
         loader = getattr(spec, "loader", None)
-        if loader is not None and not isinstance(loader, (HookedLoader, LegacyHookedLoader)):
-            hooked = HookedLoader if hasattr(loader, "exec_module") else LegacyHookedLoader
-            spec.loader = hooked(loader, spec)
+        if loader is not None:
+            hooked, legacy = _loaders or _make_loaders()
+            if not isinstance(loader, (hooked, legacy)):
+                spec.loader = (hooked if hasattr(loader, "exec_module") else legacy)(loader, spec)
         return spec
 
     def __repr__(self):
@@ -61,56 +63,52 @@ def _ask_other_finders(skip, fullname, path, target):
     return None
 
 
-class HookedLoader:
-    """The real loader, then the shim (``_hook.run``); offers what the real one offers."""
+def _make_loaders():
+    class HookedLoader:
+        # the real loader, then the shim (_hook.run); offers what the real one offers
+        def __init__(self, loader, spec):
+            self._loader = loader
+            self._spec = spec
 
-    def __init__(self, loader, spec):
-        self._loader = loader
-        self._spec = spec
+        def __getattr__(self, name):
+            return getattr(self._loader, name)
 
-    def __getattr__(self, name):
-        return getattr(self._loader, name)
+        def create_module(self, spec):
+            create = getattr(self._loader, "create_module", None)
+            return create(spec) if create is not None else None
 
-    def create_module(self, spec):
-        create = getattr(self._loader, "create_module", None)
-        return create(spec) if create is not None else None
+        def exec_module(self, module):
+            from ascend_shim import _hook
 
-    def exec_module(self, module):
-        from ascend_shim import _hook
+            _hook.run(self._loader, self._spec, module)
 
-        _hook.run(self._loader, self._spec, module)
+    class LegacyHookedLoader:
+        # for a loader with only load_module: no exec_module is offered
+        def __init__(self, loader, spec):
+            self._loader = loader
+            self._spec = spec
 
+        def __getattr__(self, name):
+            return getattr(self._loader, name)
 
-class LegacyHookedLoader:
-    """For a loader with only ``load_module``: no ``exec_module`` is offered."""
+        def load_module(self, fullname):
+            from ascend_shim import _hook
 
-    def __init__(self, loader, spec):
-        self._loader = loader
-        self._spec = spec
+            return _hook.run_legacy(self._loader, self._spec, fullname)
 
-    def __getattr__(self, name):
-        return getattr(self._loader, name)
-
-    def load_module(self, fullname):
-        from ascend_shim import _hook
-
-        return _hook.run_legacy(self._loader, self._spec, fullname)
-
-
-def _get_ident():
-    from _thread import get_ident  # built in: no file is read
-
-    return get_ident()
+    if not _loaders:
+        _loaders[:] = [HookedLoader, LegacyHookedLoader]
+    return _loaders
 
 
-def init():
-    """Activate the shim in this interpreter (idempotent; never raises)."""
+def init() -> None:
+    # Activate the shim in this interpreter (idempotent; never raises).
     try:
         from os import environ
 
         if environ.get("ASCEND_SHIM", "").strip().lower() in OFF_VALUES:
             return  # switched off: no finder, nothing else imported
-        if any(isinstance(f, ImportHookFinder) for f in sys.meta_path):
+        if finder_installed():
             return
         if any(name.startswith("ASCEND_SHIM") for name in environ):
             from ascend_shim import _config  # parsed only when something is set
@@ -137,13 +135,13 @@ def init():
             pass
 
 
-def finder_installed():
-    """Whether the shim's finder is in sys.meta_path."""
+def finder_installed() -> bool:
+    # Whether the shim's finder is in sys.meta_path.
     return any(isinstance(f, ImportHookFinder) for f in sys.meta_path)
 
 
-def status():
-    """Per-patch state, the INT8 backend decision and the fallback report."""
+def status() -> dict:
+    # Per-patch state, the INT8 backend decision and the fallback report.
     from ascend_shim import engine
 
     return engine.status()
