@@ -67,10 +67,18 @@ class Int8LinearCall:
         out = {"x": self.x, "weight": self.weight, "weight_scale": self.weight_scale}
         for key, neutral in NEUTRAL.items():
             value = getattr(self, key)
-            if value is not neutral and value != neutral:
+            if not _is_neutral(value, neutral):
                 out[key] = value
         out.update(self.extra)
         return out
+
+
+def _is_neutral(value, neutral):
+    if value is neutral:
+        return True
+    if neutral is None or isinstance(value, torch.Tensor):
+        return False
+    return type(value) is type(neutral) and value == neutral
 
 
 def int8_linear_call(x, weight, weight_scale, bias=None, out_dtype=None, convrot=False,
