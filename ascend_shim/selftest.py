@@ -19,9 +19,12 @@ zero row, ConvRot, the on-device fallback) and checks each one twice:
   activations cost about 0.7 % relative RMS (step max|x|/127 over a row,
   error step/sqrt(12)); the bounds leave a factor of two.
 
-Then each further device path of the shim (``EXTRA_CHECKS``): the
-``aten::_int_mm`` kernel bit-exact against CPU ``torch._int_mm``, with
-``torch.npu.matmul.allow_hf32`` off and on.
+Then each further path of the shim (``EXTRA_CHECKS``): the ``aten::_int_mm``
+kernel bit-exact against CPU ``torch._int_mm`` with
+``torch.npu.matmul.allow_hf32`` off and on; W4A8 (int4 codes decoded to int8
+on the device bit-exact, its quant calls, the layer against float64); the
+host-side fp8 decode of all 256 codes of each float8 format, exact against
+the value of its bit fields.
 
 A failing case lists each device call with its arguments (shapes, dtypes,
 strides, keywords) and the versions of torch, torch_npu and CANN, ready to
@@ -110,6 +113,7 @@ class Call:
     args: tuple
     kwargs: dict
     result: object = None
+    error: object = None  # what the call raised
 
 
 class RecordingOps:
@@ -127,7 +131,11 @@ class RecordingOps:
         def recorded(*args, **kwargs):
             call = Call(name, args, kwargs)
             self.calls.append(call)
-            call.result = target(*args, **kwargs)
+            try:
+                call.result = target(*args, **kwargs)
+            except Exception as exc:  # kept for the report; a caller may catch it and fall back
+                call.error = "%s: %s" % (type(exc).__name__, exc)
+                raise
             return call.result
 
         return recorded
@@ -334,6 +342,9 @@ def device_call_checks(calls):
     """Every recorded quant call checked on its own inputs."""
     checkers = {"npu_dynamic_quant": dynamic_quant_check, "npu_quant_matmul": quant_matmul_check}
     metrics, failures = {}, []
+    raised = [c for c in calls if c.error is not None]
+    if raised:
+        return metrics, ["torch_npu.%s raised %s" % (c.op, c.error) for c in raised]
     for call in calls:
         checker = checkers.get(call.op)
         if checker is not None:
@@ -604,8 +615,187 @@ def int_mm_case(torch, name, a, b, expected, device, settings, hf32, served_by):
     return result
 
 
+# W4A8 (kitchen 0.2.27+): packed int4 codes decoded to int8 on the device, then the INT8 ops
+# (name, x shape, N, codebook, ConvRot group, x/out dtype, bias dtype)
+W4A8_CASES = (
+    ("W4A8 uniform levels, ConvRot 16, bf16 bias", (9, 64), 48, False, 16, "bfloat16", "bfloat16"),
+    ("W4A8 codebook, ConvRot 256, 3-D x, fp16 bias", (2, 5, 256), 40, True, 256, "float16", "float16"),
+)
+W4A8_GROUP = 16
+# a symmetric non-uniform 16-level table on the int4 scale, like kitchen's Lloyd-Max codebooks
+W4A8_CODEBOOK = (-7.9, -5.8, -4.4, -3.3, -2.4, -1.6, -0.9, -0.3, 0.3, 0.9, 1.6, 2.4, 3.3, 4.4, 5.8, 7.9)
+
+
+def w4a8_inputs(spec, device, seed):
+    """codes [N, K] (CPU), and x, qdata, s_rel, s_channel, codebook, bias on the device."""
+    import torch
+
+    from ascend_shim import fp8_math
+
+    _, x_shape, n, with_codebook, _, dtype, bias_dtype = spec
+    generator = torch.Generator().manual_seed(seed)
+    k = x_shape[-1]
+    codes = torch.randint(0, 16, (n, k), generator=generator, dtype=torch.int32)
+    packed = (codes[:, 0::2] | (codes[:, 1::2] << 4)).to(torch.uint8).view(torch.int8)  # even column low
+    # group scales as checkpoints store them: float8_e4m3fn, decoded on the host like the loader does
+    s_rel_fp8 = (torch.rand(n, k // W4A8_GROUP, generator=generator) * 11 + 4).to(torch.float8_e4m3fn)
+    s_rel = fp8_math.decode_group_scales(s_rel_fp8.view(torch.uint8))
+    s_channel = torch.rand(n, generator=generator) * 0.004 + 0.001
+    codebook = torch.tensor(W4A8_CODEBOOK) if with_codebook else None
+    x = torch.randn(x_shape, generator=generator).to(device, getattr(torch, dtype))
+    magnitude = torch.rand(n, generator=generator) + 0.5
+    sign = torch.randint(0, 2, (n,), generator=generator) * 2 - 1
+    bias = (magnitude * sign).to(device, getattr(torch, bias_dtype))
+    return codes, dict(x=x, qdata=packed.to(device), s_rel=s_rel.to(device), s_channel=s_channel.to(device),
+                       codebook=None if codebook is None else codebook.to(device), bias=bias)
+
+
+def w4a8_reference_weight(codes, s_rel, codebook):
+    """The int8 weight of the codes: level * s_rel in fp32, round half to even, clamp to +-127."""
+    import torch
+
+    levels = codes.to(torch.float32) - 8 if codebook is None else f64(codebook).float()[codes.long()]
+    n, k = codes.shape
+    scaled = levels.reshape(n, -1, W4A8_GROUP) * f64(s_rel).float().unsqueeze(-1)
+    return torch.round(scaled.reshape(n, k)).clamp(-127, 127).to(torch.int8)
+
+
+def w4a8_checks(torch, device):
+    """The shim's W4A8 linear: the device decode bit-exact, its quant calls, and the layer vs float64."""
+    try:
+        import comfy_kitchen as ck
+
+        from ascend_shim.kitchen import w4a8
+    except ImportError:
+        return []
+    rotation = kitchen_rotation()
+    if not hasattr(ck, w4a8.LINEAR) or rotation is None:
+        return []
+    import torch_npu
+
+    build_hadamard, rotate_activation = rotation
+    ops = RecordingOps(torch_npu)
+    linear = w4a8.W4A8Linear(
+        ops, lambda x, act, weight, eps: x,
+        lambda x, group: rotate_activation(x, build_hadamard(group, device=x.device, dtype=x.dtype), group),
+        frozenset({None}))
+    results = []
+    for seed, spec in enumerate(W4A8_CASES):
+        codes, kw = w4a8_inputs(spec, device, seed)
+        ops.calls = []
+        result = {"name": spec[0], "path": "w4a8"}
+        try:
+            out = linear.linear(group_size=W4A8_GROUP, convrot_groupsize=spec[4],
+                                out_dtype=getattr(torch, spec[5]), **kw)
+        except Exception as exc:
+            out, failures = None, ["the device raised %s: %s" % (type(exc).__name__, exc)]
+        if out is not None:
+            failures = w4a8_failures(out, codes, kw, spec, ops.calls, result, torch)
+        result.update(passed=not failures, failures=failures, calls=[describe_call(c) for c in ops.calls])
+        results.append(result)
+    return results
+
+
+def w4a8_failures(out, codes, kw, spec, calls, result, torch):
+    weight = w4a8_reference_weight(codes, kw["s_rel"], kw["codebook"])
+    expected = dict(x=kw["x"], weight=weight, out_dtype=getattr(torch, spec[5]))
+    failures = output_failures(out, expected)
+    if failures:
+        return failures
+    metrics, failures = device_call_checks(calls)
+    result.update(metrics)
+    matmuls = [c for c in calls if c.op == "npu_quant_matmul" and c.result is not None]
+    if matmuls:
+        decoded = matmuls[-1].args[1].t().detach().to("cpu")
+        result["decode_mismatches"] = int((decoded != weight).sum().item())
+        if result["decode_mismatches"]:
+            failures.append("%d of %d decoded int8 weights differ from the codes' levels * s_rel"
+                            % (result["decode_mismatches"], weight.numel()))
+    e2e = compare(out, float_reference(kw["x"], weight, kw["s_channel"], kw["bias"], spec[4]))
+    result.update(e2e)
+    return failures + end_to_end_failures(e2e)
+
+
+# FP8 checkpoints are decoded on the host before anything reaches the NPU
+def fp8_value(bits, exponent_bits, mantissa_bits, finite_only):
+    """float64 value of 8-bit float codes (uint8 tensor), from the bit fields alone."""
+    import torch
+
+    bias = (1 << (exponent_bits - 1)) - 1
+    b = bits.to(torch.int64)
+    sign = torch.where((b >> 7) & 1 == 1, -1.0, 1.0).to(torch.float64)
+    exponent = (b >> mantissa_bits) & ((1 << exponent_bits) - 1)
+    mantissa = (b & ((1 << mantissa_bits) - 1)).to(torch.float64)
+    normal = (1 + mantissa / (1 << mantissa_bits)) * torch.pow(2.0, (exponent - bias).to(torch.float64))
+    subnormal = mantissa / (1 << mantissa_bits) * 2.0 ** (1 - bias)
+    value = sign * torch.where(exponent == 0, subnormal, normal)
+    top = exponent == (1 << exponent_bits) - 1
+    if finite_only:  # e4m3fn: only S.1111.111 is NaN
+        return torch.where(top & (mantissa == (1 << mantissa_bits) - 1), float("nan"), value)
+    value = torch.where(top & (mantissa == 0), sign * float("inf"), value)
+    return torch.where(top & (mantissa != 0), float("nan"), value)
+
+
+FP8_FORMATS = (("float8_e4m3fn", 4, 3, True), ("float8_e5m2", 5, 2, False))
+
+
+def fp8_checks(torch, device):
+    """Every float8 code decoded by the shim: exact in bf16, scaled within one rounding."""
+    try:
+        from ascend_shim import fp8_math
+    except ImportError:
+        return []
+    results = []
+    for name, exponent_bits, mantissa_bits, finite_only in FP8_FORMATS:
+        dtype = getattr(torch, name, None)
+        if dtype is None:
+            continue
+        bits = torch.arange(256, dtype=torch.int32).to(torch.uint8).reshape(16, 16)
+        expected = fp8_value(bits, exponent_bits, mantissa_bits, finite_only)
+        result = {"name": "fp8 decode %s, all 256 codes" % name, "path": "fp8 (host)"}
+        failures = []
+        try:
+            plain = fp8_math.decode(bits.view(dtype)).to(device)
+            scale = torch.rand(16, 1, generator=torch.Generator().manual_seed(7)) + 0.5
+            scaled = fp8_math.decode(bits.view(dtype), scale).to(device)
+        except Exception as exc:
+            plain = scaled = None
+            failures.append("the decode raised %s: %s" % (type(exc).__name__, exc))
+        if plain is not None:
+            failures += fp8_failures(plain, scaled, expected, scale, result)
+        result.update(passed=not failures, failures=failures,
+                      calls=[{"call": "ascend_shim.fp8_math.decode",
+                              "arguments": {"weight": "all 256 %s codes as [16, 16]" % name,
+                                            "scale": "None, then float32 [16, 1]"}}])
+        results.append(result)
+    return results
+
+
+def fp8_failures(plain, scaled, expected, scale, result):
+    import torch
+
+    failures = []
+    got = f64(plain)
+    finite = torch.isfinite(expected)
+    same = torch.where(finite, got == expected, torch.isnan(expected) & torch.isnan(got) | (got == expected))
+    result["mismatches"] = int((~same).sum().item())
+    if plain.dtype != torch.bfloat16 or result["mismatches"]:
+        bad = int((~same).reshape(-1).nonzero()[0].item()) if result["mismatches"] else 0
+        failures.append("decode without scale: %s, %d of 256 codes differ (code 0x%02x gave %r, its value is %r)"
+                        % (plain.dtype, result["mismatches"], bad, got.reshape(-1)[bad].item(),
+                           expected.reshape(-1)[bad].item()))
+    reference = expected * f64(scale)
+    allowed = torch.finfo(torch.bfloat16).eps * reference.abs()
+    ratio = ((f64(scaled) - reference).abs() / allowed.clamp(min=torch.finfo(torch.float32).tiny))[finite]
+    result["scaled_max_err_ratio"] = ratio.max().item()
+    if not result["scaled_max_err_ratio"] <= 1.0:
+        failures.append("decode with a per-row scale off by %.3g times one bf16 rounding"
+                        % result["scaled_max_err_ratio"])
+    return failures
+
+
 # each returns the results of one more device path; empty when this shim lacks it
-EXTRA_CHECKS = (int_mm_checks,)
+EXTRA_CHECKS = (int_mm_checks, w4a8_checks, fp8_checks)
 
 
 def _fallbacks(caught):

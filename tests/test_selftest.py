@@ -1,8 +1,9 @@
 """``python -m ascend_shim selftest`` catches a device that is wrong about any call the shim makes.
 
 Each corruption of the simulated device (``TESTBED_QMM_CORRUPT``, see the
-fake torch_npu's ``_ops.CORRUPTIONS``; the float fallback and ConvRot's
-rotation are corrupted in the scenario) gets a fresh interpreter running the
+fake torch_npu's ``_ops.CORRUPTIONS``; the float fallback, ConvRot's
+rotation, HF32, the W4A8 unpack and the host's fp8 conversion are corrupted
+in the scenario) gets a fresh interpreter running the
 selftest; it must exit 1 and name the case that exposes it. The clean bed
 must pass. The checkers' rounding bounds are tested in-process.
 """
@@ -33,6 +34,8 @@ CONVROT = ("ConvRot group 16, bf16 bias", "ConvRot group 256, fp16 bias")
 FALLBACK = ("fallback: dequantized linear, bf16 bias", "fallback: dequantized linear, fp16, fp16 bias, scale ()")
 LAYER = "int8_linear M=64 K=3840 N=3840"
 INT_MM = "aten::_int_mm int8 M=17 K=2500 N=33, %s"
+W4A8 = tuple(case[0] for case in selftest.W4A8_CASES)
+FP8 = ("fp8 decode float8_e4m3fn, all 256 codes", "fp8 decode float8_e5m2, all 256 codes")
 
 # corruption of the device -> cases that must fail because of it
 DEVICE_CORRUPTIONS = {
@@ -91,7 +94,31 @@ import sys, contextlib
 from ascend_shim.kitchen import int8_math
 int8_math.hf32_off = contextlib.nullcontext
 """ + RUN_SELFTEST
+# the device's right shift of int32 loses the top bit of the high nibble (W4A8 unpack)
+RIGHT_SHIFT_LOSES_BIT_3 = """
+import sys
+from testbed import npu_device
+real_dispatch = npu_device._dispatch
+def dispatch(func, args, kwargs):
+    out = real_dispatch(func, args, kwargs)
+    return out & 7 if "rshift" in func.name() else out
+npu_device._dispatch = dispatch
+""" + RUN_SELFTEST
+# the host's float8_e4m3fn conversion flushes subnormals to zero
+FP8_SUBNORMALS_FLUSHED = """
+import sys, torch
+real_to = torch.Tensor.to
+def to(self, *args, **kwargs):
+    out = real_to(self, *args, **kwargs)
+    if self.dtype == torch.float8_e4m3fn and out.dtype != self.dtype:
+        subnormal = (self.view(torch.uint8) & 0x78) == 0
+        out = torch.where(subnormal, torch.zeros_like(out), out)
+    return out
+torch.Tensor.to = to
+""" + RUN_SELFTEST
 SCENARIO_CORRUPTIONS = {
+    "right_shift_loses_bit_3": (RIGHT_SHIFT_LOSES_BIT_3, set(W4A8)),
+    "fp8_subnormals_flushed": (FP8_SUBNORMALS_FLUSHED, {FP8[0]}),
     "hf32_stuck_on": (HF32_STUCK_ON, {INT_MM % "HF32 off", INT_MM % "HF32 on"}),
     "int_mm_without_hf32_guard": (INT_MM_WITHOUT_HF32_GUARD, {INT_MM % "HF32 on"}),
     "fallback_gemm_k_tile_dropped": (FALLBACK_GEMM_K_TILE_DROPPED, set(FALLBACK)),
@@ -148,6 +175,11 @@ def test_the_clean_device_passes_every_case(bed_python, tmp_path):
     int_mm = [c for c in result["checks"] if c["name"].startswith("aten::_int_mm")]
     assert len(int_mm) == 2 * len(selftest.INT_MM_CASES)
     assert all(c["served_by"] == "ascend_shim" and c["mismatches"] == 0 for c in int_mm)
+    for name in W4A8:
+        assert checks[name]["passed"] and checks[name]["decode_mismatches"] == 0
+        assert checks[name]["cosine"] >= selftest.COSINE_MIN and checks[name]["qmm_max_err_ratio"] <= 1
+    for name in FP8:
+        assert checks[name]["passed"] and checks[name]["mismatches"] == 0
     versions = result["versions"]
     assert versions["cann"] == "9.1.0-beta.1" and versions["torch_npu"] == "2.12.0"
     assert versions["comfy_kitchen"] == KITCHEN and versions["torch"] == torch.__version__
@@ -263,3 +295,12 @@ def test_the_reference_rotation_is_comfy_kitchens():
         ours = selftest.hadamard(size)
         assert torch.allclose(ours @ ours.t(), torch.eye(size, dtype=torch.float64))
         assert torch.equal(ours.float(), int8_utils._build_hadamard(size, dtype=torch.float32))
+
+
+@pytest.mark.parametrize("name, exponent_bits, mantissa_bits, finite_only", selftest.FP8_FORMATS)
+def test_the_fp8_reference_is_torchs_conversion(name, exponent_bits, mantissa_bits, finite_only):
+    bits = torch.arange(256, dtype=torch.int32).to(torch.uint8)
+    ours = selftest.fp8_value(bits, exponent_bits, mantissa_bits, finite_only)
+    theirs = bits.view(getattr(torch, name)).to(torch.float64)
+    assert torch.equal(ours.isnan(), theirs.isnan())
+    assert torch.equal(ours[~ours.isnan()], theirs[~theirs.isnan()])
