@@ -35,10 +35,14 @@ def snapshot(sd):
     return {k: (v, v.dtype, v.clone()) for k, v in sd.items()}
 
 
+def bits(tensor):
+    return tensor.view(torch.uint8) if tensor.element_size() == 1 else tensor
+
+
 def assert_untouched(sd, before):
     assert sd.keys() == before.keys()
     for key, (tensor, dtype, copy) in before.items():
-        assert sd[key] is tensor and tensor.dtype == dtype and torch.equal(tensor.view(torch.uint8) if tensor.element_size() == 1 else tensor, copy.view(torch.uint8) if copy.element_size() == 1 else copy)
+        assert sd[key] is tensor and tensor.dtype == dtype and torch.equal(bits(tensor), bits(copy))
 
 
 def no_float8(sd):

@@ -30,15 +30,15 @@ import comfy.model_management as mm  # noqa: E402
 import torch  # noqa: E402
 import safetensors.torch  # noqa: E402
 
+import importlib  # noqa: E402
+
 import comfy.ops  # noqa: E402
-import comfy.sd  # noqa: E402
 import comfy.utils  # noqa: E402
 
 try:
-    from testbed import npu_device
     import torch_npu
 except ImportError:  # a machine without the simulated NPU
-    npu_device = torch_npu = None
+    torch_npu = None
 
 WIDTH, IN, DEPTH, VOCAB = 256, 64, 2, 96
 LAYERS = {"proj_in": (WIDTH, IN), **{"blocks.%d" % i: (WIDTH, WIDTH) for i in range(DEPTH)}, "proj_out": (IN, WIDTH)}
@@ -47,6 +47,11 @@ FP8_MAX = {torch.float8_e4m3fn: 448.0, torch.float8_e5m2: 57344.0}
 DEVICE = mm.get_torch_device()
 ACTIVATIONS = torch.bfloat16 if DEVICE.type == "npu" else torch.float32  # ComfyUI's compute dtype there
 FOLDER = tempfile.mkdtemp()
+
+
+def loaders():
+    """``comfy.sd``, imported by the cases that load files (a real one imports every model)."""
+    return importlib.import_module("comfy.sd")
 
 
 def heavy_tailed(shape, generator):
@@ -154,7 +159,7 @@ def case_checkpoint_scaled_fp8():
         sd["model.diffusion_model." + name + ".bias"] = bias
     sd["model.diffusion_model.norm_weight"] = norm
     sd["text_encoders.tiny.shared.weight"] = table
-    model, clip = comfy.sd.load_checkpoint_guess_config(save("checkpoint", sd))
+    model, clip = loaders().load_checkpoint_guess_config(save("checkpoint", sd))
     result = run_diffusion(model, layers, biases, norm)
     tokens = torch.tensor([[1, 5, 9, 42]])
     out = clip.encode(tokens).float().cpu()
@@ -179,7 +184,7 @@ def comfy_quant_file(seed):
 def case_diffusion_comfy_quant():
     """A diffusion model with per-layer comfy_quant float8 (e4m3fn and e5m2) metadata."""
     path, layers, biases, norm = comfy_quant_file(4)
-    return run_diffusion(comfy.sd.load_diffusion_model(path), layers, biases, norm)
+    return run_diffusion(loaders().load_diffusion_model(path), layers, biases, norm)
 
 
 def case_diffusion_unscaled():
@@ -188,7 +193,7 @@ def case_diffusion_unscaled():
     sd = {name + ".weight": q for name, (q, _, _) in layers.items()}
     sd.update({name + ".bias": b for name, b in biases.items()}, norm_weight=norm)
     unscaled = {name: (q, None, q.to(torch.float32)) for name, (q, _, _) in layers.items()}
-    return run_diffusion(comfy.sd.load_diffusion_model(save("unscaled", sd)), unscaled, biases, norm)
+    return run_diffusion(loaders().load_diffusion_model(save("unscaled", sd)), unscaled, biases, norm)
 
 
 def text_file(seed, scaled):
@@ -213,7 +218,7 @@ def case_text_encoder():
     tokens = torch.tensor([[3, 1, 4, 1, 5, 9]])
     for kind, scaled in (("scaled", True), ("unscaled", False)):
         path, te, table = text_file(10 + scaled, scaled)
-        clip = comfy.sd.load_clip([path])
+        clip = loaders().load_clip([path])
         out = clip.encode(tokens).float().cpu()
         result[kind + "_cos"] = cosine(out, text_reference({n: v[2] for n, v in te.items()}, table, tokens))
         result[kind + "_device"] = str(clip.patcher.load_device)
@@ -255,16 +260,39 @@ def case_mixed_linear_direct():
     return {"ok": True, "cos": cosine(out, x @ ref_weight.T), **device_summary(layer)}
 
 
+def case_w4a8_layer():
+    """An asym_w4a8_int8 layer: int8 codes with float8 group scales stored as bytes, as files do."""
+    import comfy_kitchen as ck
+
+    if "asym_w4a8_int8" not in comfy.ops.QUANT_ALGOS:
+        return {"skipped": "this ComfyUI / comfy-kitchen has no asym_w4a8_int8"}
+    weight = torch.randn(WIDTH, WIDTH, generator=torch.Generator().manual_seed(50)) * 0.03
+    qdata, s_rel, s_channel, correction, codebook = ck.quantize_w4a8_int8_weight(weight)
+    conf = {"format": "asym_w4a8_int8", "group_size": 16, "convrot": True, "convrot_groupsize": 256}
+    sd = {"weight": qdata, "weight_s_rel": s_rel.view(torch.uint8), "weight_s_channel": s_channel,
+          "weight_codebook": codebook, "comfy_quant": torch.tensor(list(json.dumps(conf).encode()), dtype=torch.uint8)}
+    reference = ck.dequantize_w4a8_int8_weight(qdata, s_rel, s_channel, codebook=codebook, correction=correction,
+                                               output_dtype=torch.float32)
+    layer = comfy.ops.mixed_precision_ops({}).Linear(WIDTH, WIDTH, bias=False)
+    layer.load_state_dict(sd, strict=False)
+    layer.to(DEVICE)
+    x = torch.randn(4, WIDTH, generator=torch.Generator().manual_seed(51))
+    out = layer(x.to(ACTIVATIONS).to(DEVICE)).float().cpu()
+    scale = layer.weight._params.scale
+    return {"ok": True, "cos": cosine(out, x @ reference.T), "s_rel": "%s@%s" % (str(scale.dtype)[6:], scale.device.type),
+            **device_summary(layer)}
+
+
 def case_lora():
     """A LoRA on a comfy_quant float8 layer, patched at load as ComfyUI does."""
     path, layers, biases, norm = comfy_quant_file(30)
     generator = torch.Generator().manual_seed(31)
     up, down = torch.randn(WIDTH, 8, generator=generator) * 0.1, torch.randn(8, WIDTH, generator=generator) * 0.1
-    patcher = comfy.sd.load_diffusion_model(path).clone()
+    patcher = loaders().load_diffusion_model(path).clone()
     added = patcher.add_patches({"blocks.0.weight": (up, down)}, 0.8)
     result = run_diffusion(patcher, layers, biases, norm, extra_weights={"blocks.0": 0.8 * (up @ down)})
     result["patched"] = added
-    without = run_diffusion(comfy.sd.load_diffusion_model(path), layers, biases, norm,
+    without = run_diffusion(loaders().load_diffusion_model(path), layers, biases, norm,
                             extra_weights={"blocks.0": 0.8 * (up @ down)})
     result["cos_without_lora"] = without["cos"]
     return result
@@ -281,18 +309,18 @@ def bf16_diffusion_file():
 def case_weight_dtype_option():
     """The Load Diffusion Model node's weight_dtype fp8_e4m3fn on a bf16 file."""
     path, layers, biases, norm = bf16_diffusion_file()
-    patcher = comfy.sd.load_diffusion_model(path, model_options={"dtype": torch.float8_e4m3fn})
+    patcher = loaders().load_diffusion_model(path, model_options={"dtype": torch.float8_e4m3fn})
     return run_diffusion(patcher, layers, biases, norm)
 
 
 def case_flags():
     """bf16 files under the command line's --fp8_* flags (the caller passes them)."""
     path, layers, biases, norm = bf16_diffusion_file()
-    result = run_diffusion(comfy.sd.load_diffusion_model(path), layers, biases, norm)
+    result = run_diffusion(loaders().load_diffusion_model(path), layers, biases, norm)
     te_layers = fp8_layers(TE_LAYERS, 41)
     table = torch.randn(VOCAB, WIDTH, generator=torch.Generator().manual_seed(42)).to(torch.bfloat16)
     sd = {"shared.weight": table, **{n + ".weight": v[2].to(torch.bfloat16) for n, v in te_layers.items()}}
-    clip = comfy.sd.load_clip([save("bf16_text", sd)])
+    clip = loaders().load_clip([save("bf16_text", sd)])
     tokens = torch.tensor([[2, 7, 1, 8]])
     out = clip.encode(tokens).float().cpu()
     weights = {n: v[2].to(torch.bfloat16).float() for n, v in te_layers.items()}

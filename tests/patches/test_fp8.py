@@ -60,7 +60,7 @@ def test_every_fp8_entry_point_fails_on_the_910b_without_the_fp8_patches(fp8_run
     result = fp8_run(flags=TOO_BIG, ASCEND_SHIM_FP8="off")
     assert {r["state"] for r in result["status"].values()} == {"skipped"}
     assert all(r["reason"] == "ASCEND_SHIM_FP8=off" for r in result["status"].values())
-    for name in FP8_FILE_CASES + ("diffusion_unscaled", "text_encoder", "weight_dtype_option"):
+    for name in FP8_FILE_CASES + ("diffusion_unscaled", "text_encoder", "weight_dtype_option", "w4a8_layer"):
         assert result["cases"][name].get("error") == NO_FLOAT8, name
 
 
@@ -71,9 +71,16 @@ def test_every_fp8_entry_point_runs_in_bf16_on_the_910b(fp8_run):
         case = passed(result, name)
         assert float8_on(case, "npu") == [], name
         assert all(v >= 0.9999 for v in cosines(case).values()), (name, cosines(case))
-        assert case.get("quant_matmul", 0) == 0, name
+        if name != "w4a8_layer":  # fp8 layers compute in bf16; W4A8 stays on the NPU INT8 path
+            assert case.get("quant_matmul", 0) == 0, name
     assert result["cases"]["checkpoint_scaled_fp8"]["text_device"] == "npu:0"  # the encoder was not shifted to the CPU
     assert result["cases"]["text_encoder"]["scaled_device"] == "npu:0"
+
+
+def test_w4a8_group_scales_reach_the_npu_as_float32(fp8_run):
+    case = passed(fp8_run(flags=TOO_BIG), "w4a8_layer")
+    assert case["s_rel"] == "float32@npu" and case["weights"] == {"int8@npu": 1}
+    assert case["quant_matmul"] > 0 and case["cos"] >= 0.9999
 
 
 def test_bf16_weights_take_two_bytes_per_fp8_byte(fp8_run):
@@ -116,6 +123,7 @@ def test_an_npu_that_holds_float8_keeps_fp8_as_comfyui_has_it(fp8_run):
     assert all(r["state"] == "skipped" and "holds float8" in r["reason"] for r in result["status"].values())
     for name in FP8_FILE_CASES:
         assert float8_on(passed(result, name), "npu"), name
+    assert passed(result, "w4a8_layer")["s_rel"] == "float8_e4m3fn@npu"
 
 
 @pytest.mark.parametrize("machine, flags", [("ascend-cu130", ("--cpu",)), ("cpu", ("--cpu",))])
@@ -124,3 +132,30 @@ def test_a_cpu_run_keeps_fp8_on_the_host(fp8_run, machine, flags):
     assert all(r["state"] == "skipped" for r in result["status"].values())
     for name in FP8_FILE_CASES:
         assert float8_on(passed(result, name), "cpu"), name
+
+
+REAL_CASES = ("mixed_linear", "mixed_linear_direct", "w4a8_layer")
+
+
+def test_real_comfyui_mixed_precision(bed_python, tmp_path):
+    """COMFYUI_DIR=<ComfyUI 0.30+ checkout>: its own convert_old_quants and mixed-precision Linear."""
+    import os
+
+    comfy_dir = os.environ.get("COMFYUI_DIR")
+    if not comfy_dir:
+        pytest.skip("set COMFYUI_DIR to a ComfyUI checkout to run this")
+    utils = open(os.path.join(comfy_dir, "comfy", "utils.py")).read()
+    if "def convert_old_quants" not in utils:
+        pytest.skip("this ComfyUI loads fp8 through scaled_fp8_ops (no convert_old_quants): not covered")
+    runs = {}
+    for label, env in (("off", {"ASCEND_SHIM_FP8": "off"}), ("on", {})):
+        proc = harness.run([str(bed_python), str(CASES_SCRIPT), comfy_dir],
+                           harness.bed_env("ascend-cu130", kitchen=KITCHEN, FP8_CASES=",".join(REAL_CASES), **env),
+                           tmp_path, timeout=600)
+        runs[label] = harness.last_json(proc)
+    for name in REAL_CASES:
+        if runs["on"]["cases"][name].get("skipped"):
+            continue
+        assert runs["off"]["cases"][name].get("error") == NO_FLOAT8, name
+        case = passed(runs["on"], name)
+        assert float8_on(case, "npu") == [] and case["cos"] >= 0.9999, (name, case)
