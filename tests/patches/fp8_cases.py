@@ -279,8 +279,8 @@ def case_w4a8_layer():
     x = torch.randn(4, WIDTH, generator=torch.Generator().manual_seed(51))
     out = layer(x.to(ACTIVATIONS).to(DEVICE)).float().cpu()
     scale = layer.weight._params.scale
-    return {"ok": True, "cos": cosine(out, x @ reference.T), "s_rel": "%s@%s" % (str(scale.dtype)[6:], scale.device.type),
-            **device_summary(layer)}
+    where = "%s@%s" % (str(scale.dtype).replace("torch.", ""), scale.device.type)
+    return {"ok": True, "cos": cosine(out, x @ reference.T), "s_rel": where, **device_summary(layer)}
 
 
 def case_lora():
