@@ -203,13 +203,14 @@ def exact_int_mm(a, b):
     """
     m, k = a.shape
     n = b.shape[1]
-    out = torch.zeros((m, n), dtype=torch.int32, device=a.device)
-    if m == 0 or n == 0:
-        return out
+    if m == 0 or n == 0 or k == 0:
+        return torch.zeros((m, n), dtype=torch.int32, device=a.device)
     chunk = exact_k_chunk(a.dtype, b.dtype)
+    a32 = a.to(torch.float32)  # M x K: small next to b, cast once
+    out = None
     with hf32_off():
         for start in range(0, k, chunk):
             stop = min(start + chunk, k)
-            partial = torch.mm(a[:, start:stop].to(torch.float32), b[start:stop].to(torch.float32))
-            out += partial.to(torch.int32)
+            partial = torch.mm(a32[:, start:stop], b[start:stop].to(torch.float32)).to(torch.int32)
+            out = partial if out is None else out.add_(partial)
     return out

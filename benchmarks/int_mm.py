@@ -1,0 +1,202 @@
+"""``aten::_int_mm`` on NPU tensors: the shim's kernel vs torch_npu's CPU fallback, on the test bed.
+
+Two contenders, each in its own long-lived interpreter on the simulated
+Ascend machine (``ASCEND_TESTBED=ascend-cu130``, shim in no-install mode,
+comfy-kitchen 0.2.40 imported so the engine starts):
+  shim      the ``int_mm`` patch registers the exact on-device kernel
+  fallback  ``ASCEND_SHIM_DISABLE=int_mm``: torch_npu's boxed CPU fallback
+The workers take turns per shape (order rotating each round); a turn is up to
+--repeat warm ``torch._int_mm`` calls within --budget seconds, its median is
+kept, and the figure is the median over --rounds turns. Workers run torch on
+one thread (``OMP_NUM_THREADS=1``: on a shared 2-core machine more threads
+spin against each other and swamp the figures). On the bed both paths
+compute on the host CPU, so the times compare the paths' host work here, not
+910B kernels; the device-work table is what carries over:
+
+- kernels: non-view aten ops run on npu tensors per call (the fallback runs
+  none: its work is on the host);
+- host<->device bytes: what the fallback has to move (both operands to the
+  host, the int32 result back, as torch_npu's CPU fallback copies them); the
+  shim moves nothing;
+- peak device bytes above the inputs and output: the shim's fp32 K-chunks.
+
+    python benchmarks/int_mm.py [--repeat 50] [--rounds 5] [--budget 0.5] [--json]
+"""
+
+import argparse
+import gc
+import json
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+
+import harness  # noqa: E402
+
+KITCHEN = "0.2.40"
+# label, M, K, N, timed?: DiT-layer GEMMs as eager's W4A8/int8 paths issue them, for the
+# device work; host time only on small ones, where the bed's host arithmetic (which a real NPU
+# does not pay) stays below the per-call dispatch cost being compared
+SHAPES = [("small", 16, 256, 256, True), ("one chunk", 64, 1024, 1024, True),
+          ("decode row", 16, 3840, 3840, False), ("tile", 256, 3840, 10240, False),
+          ("long K", 64, 12288, 3072, False)]
+CONTENDERS = {"shim": {}, "fallback": {"ASCEND_SHIM_DISABLE": "int_mm"}}
+TAG = "@@bench "
+
+
+# --------------------------------------------------------------------------- worker (on the bed)
+
+def worker():
+    import warnings
+
+    import comfy_kitchen  # noqa: F401  (starts the engine, as ComfyUI would)
+    import torch
+    import torch_npu  # noqa: F401
+    from testbed import npu_device
+
+    warnings.simplefilter("ignore")
+    torch.manual_seed(0)
+    operands = {}
+
+    def make(i):
+        if i not in operands:
+            _, m, k, n, _timed = SHAPES[i]
+            operands[i] = (torch.randint(-128, 128, (m, k), dtype=torch.int8).npu(),
+                           torch.randint(-128, 128, (k, n), dtype=torch.int8).npu())
+        return operands[i]
+
+    def timed(i, calls, budget):
+        a, b = make(i)
+        samples, deadline = [], time.perf_counter() + budget
+        gc.disable()
+        try:
+            for _ in range(calls):
+                start = time.perf_counter()
+                out = torch._int_mm(a, b)
+                stop = time.perf_counter()
+                del out
+                samples.append(stop - start)
+                if stop > deadline and len(samples) >= 3:
+                    break
+        finally:
+            gc.enable()
+        return {"us": statistics.median(samples) * 1e6, "calls": len(samples)}
+
+    def device(i):
+        a, b = make(i)
+        want = torch._int_mm(a.cpu(), b.cpu())
+        base = npu_device.memory_allocated()
+        npu_device.reset_peak_memory_stats()
+        npu_device.reset_cpu_fallbacks()
+        npu_device.reset_op_counts(enable=True)
+        out = torch._int_mm(a, b)
+        ops = npu_device.op_counts()
+        npu_device.reset_op_counts(enable=False)
+        fallbacks = sum(npu_device.cpu_fallbacks().values())
+        peak = npu_device.max_memory_allocated() - base - out.nbytes
+        moved = (a.nbytes + b.nbytes + out.nbytes) if fallbacks else 0
+        kernels = 0 if fallbacks else sum(n for name, n in ops.items() if name not in VIEW_OPS)
+        return {"kernels": kernels, "ops": dict(ops), "cpu_fallbacks": fallbacks, "moved": moved,
+                "peak_extra": peak, "exact": bool(torch.equal(out.cpu(), want))}
+
+    for line in iter(sys.stdin.readline, ""):
+        request = json.loads(line)
+        if request["what"] == "time":
+            answer = timed(request["shape"], request["repeat"], request["budget"])
+        else:
+            answer = device(request["shape"])
+        print(TAG + json.dumps(answer), flush=True)
+
+
+VIEW_OPS = frozenset({"aten::slice", "aten::view", "aten::t", "aten::transpose", "aten::as_strided",
+                      "aten::alias", "aten::detach", "aten::expand", "aten::unsqueeze", "aten::squeeze",
+                      "aten::select", "aten::reshape", "aten::_reshape_alias"})
+
+
+# --------------------------------------------------------------------------- driver
+
+class Worker:
+    def __init__(self, env):
+        path = [str(harness.REPO)]
+        self.proc = subprocess.Popen(
+            [sys.executable, __file__, "--worker"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+            text=True, env=harness.bed_env("ascend-cu130", kitchen=KITCHEN, extra_path=path,
+                                           OMP_NUM_THREADS="1", **env),
+            cwd=str(harness.REPO))
+
+    def ask(self, **request):
+        self.proc.stdin.write(json.dumps(request) + "\n")
+        self.proc.stdin.flush()
+        for line in iter(self.proc.stdout.readline, ""):
+            if line.startswith(TAG):
+                return json.loads(line[len(TAG):])
+        raise RuntimeError("worker ended: rc=%s" % self.proc.wait())
+
+    def close(self):
+        self.proc.stdin.close()
+        self.proc.wait(timeout=60)
+
+
+def measure(args):
+    workers = {name: Worker(env) for name, env in CONTENDERS.items()}
+    try:
+        results = []
+        for i, (label, m, k, n, timed) in enumerate(SHAPES):
+            row = {"label": label, "m": m, "k": k, "n": n, "time": {}, "device": {}}
+            for name, w in workers.items():
+                row["device"][name] = w.ask(what="device", shape=i)
+            results.append(row)
+            if not timed:
+                continue
+            turns = {name: [] for name in workers}
+            order = list(workers)
+            for r in range(args.rounds):
+                for name in order[r % len(order):] + order[:r % len(order)]:
+                    turns[name].append(workers[name].ask(what="time", shape=i, repeat=args.repeat,
+                                                         budget=args.budget)["us"])
+            row["time"] = {name: statistics.median(values) for name, values in turns.items()}
+        return results
+    finally:
+        for w in workers.values():
+            w.close()
+
+
+def table(results):
+    lines = ["| shape | M | K | N | shim µs | CPU fallback µs | shim / fallback |",
+             "|---|---:|---:|---:|---:|---:|---:|"]
+    for r in results:
+        t = r["time"]
+        if not t:
+            continue
+        lines.append("| %s | %d | %d | %d | %.1f | %.1f | **%.3f** |" % (
+            r["label"], r["m"], r["k"], r["n"], t["shim"], t["fallback"], t["shim"] / t["fallback"]))
+    lines += ["", "| shape | path | kernels on the device | CPU fallbacks | host<->device bytes | "
+              "peak device bytes beyond in/out | exact |", "|---|---|---:|---:|---:|---:|---|"]
+    for r in results:
+        for name in ("shim", "fallback"):
+            d = r["device"][name]
+            lines.append("| %s | %s | %d | %d | %d | %d | %s |" % (
+                r["label"], name, d["kernels"], d["cpu_fallbacks"], d["moved"], d["peak_extra"], d["exact"]))
+    return "\n".join(lines)
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--repeat", type=int, default=50)
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--budget", type=float, default=0.5)
+    parser.add_argument("--json", action="store_true")
+    args = parser.parse_args()
+    if args.worker:
+        worker()
+        return
+    results = measure(args)
+    print(json.dumps(results, indent=1) if args.json else table(results))
+
+
+if __name__ == "__main__":
+    main()
