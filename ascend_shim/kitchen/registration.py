@@ -222,11 +222,10 @@ def _current_registry():
     return KitchenRegistry(registry) if registry is not None else None
 
 
-def _upstream_serves(registry):
-    """Upstream's ``ascend`` offers int8_linear and comes before the shim's fallback,
-    which takes every NPU call that reaches it."""
-    order = registry.priority()
-    if not upstream_int8(registry) or UPSTREAM not in order:
+def upstream_ahead(order, upstream_ok):
+    """Upstream's ``ascend`` serves int8_linear: it offers it and comes before the
+    shim's fallback, which takes every NPU call that reaches it."""
+    if not upstream_ok or UPSTREAM not in order:
         return False
     return FALLBACK not in order or order.index(UPSTREAM) < order.index(FALLBACK)
 
@@ -240,7 +239,7 @@ def npu_int8_served(device=None, probe=True):
     registry = _current_registry()
     if registry is None:
         return False
-    if _upstream_serves(registry):
+    if upstream_ahead(registry.priority(), upstream_int8(registry)):
         return True
     installation = _state["installation"]
     if installation is None or SHIM not in installation.registered:
