@@ -15,9 +15,17 @@ import pytest
 
 import harness
 
-SLOW_MM = '''
-import time
-time.sleep(float(__import__("os").environ.get("DUMMY_BODY_SECONDS", "0.03")))
+# A module body that is still running once the engine's dependencies are in:
+# it waits (at most 5 s) until wrapt has been fully imported by whoever
+# starts the engine, then takes a while longer before defining anything.
+SLOW_BODY = '''
+import os, sys, time
+_deadline = time.time() + 5
+while getattr(sys.modules.get("wrapt"), "FunctionWrapper", None) is None and time.time() < _deadline:
+    time.sleep(0.002)
+time.sleep(float(os.environ.get("DUMMY_BODY_SECONDS", "0.03")))
+'''
+SLOW_MM = SLOW_BODY + '''
 def is_ascend_npu():
     return True
 def is_nvidia():
@@ -28,9 +36,7 @@ def get_torch_device():
     return _Device()
 MAX_PINNED_MEMORY = 1024
 '''
-SLOW_UTILS = '''
-import time
-time.sleep(float(__import__("os").environ.get("DUMMY_BODY_SECONDS", "0.03")))
+SLOW_UTILS = SLOW_BODY + '''
 DISABLE_MMAP = False
 def load_torch_file(path):
     return {}
@@ -78,6 +84,8 @@ def slow_dummy(tmp_path, request):
     (root / "torch_npu").mkdir()
     (root / "torch_npu" / "__init__.py").write_text("")
     (root / "consumer.py").write_text("from comfy.model_management import is_nvidia\n")
+    (root / "comfy_kitchen").mkdir()  # the other package whose first import starts the engine
+    (root / "comfy_kitchen" / "__init__.py").write_text("import time\ntime.sleep(0.05)\n")
     slow = tmp_path / "slow"
     slow.mkdir()
     (slow / "sitecustomize.py").write_text(SLOW_ENGINE_START)
@@ -108,13 +116,14 @@ EXPECTED = {"errors": [], "alive": 0, "is_nvidia": False, "pinned": -1, "mmap": 
 
 @pytest.mark.parametrize("threads", [2, 10])
 def test_concurrent_first_imports_are_always_fully_patched(venv_for, slow_dummy, threads):
-    """The first import of ``comfy`` races imports of its submodules while the
-    engine starts slowly and module bodies take time: 50 of 50 runs patched."""
+    """The first import of ``comfy_kitchen`` races imports of ``comfy``'s
+    modules while the engine starts slowly and module bodies take time: 50 of
+    50 runs patched."""
     python = venv_for("3.11")
     root, slow = slow_dummy
     code = """
         import importlib, threading
-        names = ["comfy", "comfy.model_management", "consumer", "comfy.utils"]
+        names = ["comfy_kitchen", "comfy.model_management", "comfy.utils", "consumer", "comfy"]
         barrier = threading.Barrier(%d)
         errors = []
         def work(i):
@@ -132,7 +141,10 @@ def test_concurrent_first_imports_are_always_fully_patched(venv_for, slow_dummy,
     path = os.pathsep.join([str(slow), str(root)])
 
     def one_run(_):
-        proc = run_py(python, code, root, PYTHONPATH=path)
+        # bodies outlast the engine's start: a module imported meanwhile is
+        # still executing when the engine is ready
+        proc = run_py(python, code, root, PYTHONPATH=path, DUMMY_BODY_SECONDS="0.1",
+                      SLOW_ENGINE_SECONDS="0.15")
         return harness.last_json(proc)
 
     with ThreadPoolExecutor(2) as pool:
