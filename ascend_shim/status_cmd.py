@@ -19,14 +19,19 @@ NOT_THERE = "not in this version"
 NEXT_IMPORT = "python -m ascend_shim status --import comfy.model_management"
 
 
+def _one_line(exc):
+    text = str(exc).strip()
+    return "%s: %s" % (type(exc).__name__, text.splitlines()[0] if text else "")
+
+
 def _import(name):
     """None when ``name`` imports, else the error in one line."""
     try:
         importlib.import_module(name)
+    except KeyboardInterrupt:
+        raise
     except BaseException as exc:  # SystemExit from a module's argparse counts too
-        if isinstance(exc, KeyboardInterrupt):
-            raise
-        return "%s: %s" % (type(exc).__name__, str(exc).strip().splitlines()[0] if str(exc).strip() else "")
+        return _one_line(exc)
     return None
 
 
@@ -44,7 +49,7 @@ def waiting_for(row, modules):
     if row.get("state") != "pending":
         return []
     needed = modules.get(row["name"], (row["target"],))
-    return [m for m in needed if m not in sys.modules] or list(needed[:1])
+    return [m for m in needed if m not in sys.modules]
 
 
 def follow_up(imported, rows, modules):
@@ -77,12 +82,14 @@ def _failed(imports):
             if e is not None and e != NOT_THERE]
 
 
-def _detail(row, modules, alloc_note, absent):
+def _detail(row, modules, alloc_note, absent, inactive):
     if row["state"] == "pending":
         waiting = waiting_for(row, modules)
         gone = [name for name in waiting if name in absent]
         if gone:
             return "does not apply: this version has no %s" % ", ".join(gone)
+        if not waiting:  # imported, yet the engine never saw it
+            return "not patched: %s" % inactive
         return "waiting for %s to be imported" % ", ".join(waiting)
     reason = row.get("reason") or ""
     if row["name"] == "alloc_conf" and row["state"] == "applied" and alloc_note:
@@ -126,11 +133,21 @@ def collect(imports_asked):
     machine = hardware.see()
     note = _alloc_note(machine)
     absent = {name for name, error in imports["followed"].items() if error == NOT_THERE}
+    inactive = _why_inactive(startup, data.get("shim") or {})
     for row in data["patches"]:
         row["waiting_for"] = waiting_for(row, modules)
-        row["detail"] = _detail(row, modules, note, absent)
+        row["detail"] = _detail(row, modules, note, absent, inactive)
     data.update(startup=startup, machine=machine, imports=imports)
     return data
+
+
+def _why_inactive(startup, shim):
+    """Why a patch whose modules were imported was never decided."""
+    if startup["switched_off"] is not None:
+        return "switched off by ASCEND_SHIM=%s" % startup["switched_off"]
+    if shim.get("start_error"):
+        return "the engine failed to start (%s)" % shim["start_error"]
+    return "imported before the shim was active"
 
 
 def _engine_status(ascend_shim):

@@ -67,6 +67,15 @@ def test_status_when_switched_off_says_so(no_torch_python, tmp_path):
     assert proc.stdout.splitlines()[-1] == "next: unset ASCEND_SHIM to switch the shim back on"
 
 
+def test_status_import_when_switched_off_says_why_nothing_is_patched(bed_python, tmp_path):
+    env = harness.bed_env("ascend-cu130", comfy="v0_29", ASCEND_SHIM="0")
+    data = as_json(cli(bed_python, ["status", "--json", "--import", "comfy.model_management"],
+                       tmp_path, env))
+    row = {r["name"]: r for r in data["patches"]}["is_nvidia"]
+    assert row["state"] == "pending" and row["waiting_for"] == []
+    assert row["detail"] == "not patched: switched off by ASCEND_SHIM=0"
+
+
 def test_status_on_the_npu_names_the_machine_and_the_next_step(bed_python, tmp_path):
     proc = cli(bed_python, ["status"], tmp_path, harness.bed_env("ascend-cu130"))
     assert proc.returncode == 0

@@ -150,3 +150,20 @@ def test_package_folder_detector_stays_out_of_the_wheel(shim_wheel):
     names = zipfile.ZipFile(shim_wheel).namelist()
     assert "ascend_shim/sitecustomize.py" not in names
     assert "ascend_shim/cli.py" in names
+
+
+def test_editable_install_is_harmless_and_reported(tmp_path):
+    """``pip install -e .`` puts the checkout root on sys.path: its sitecustomize
+    may run besides the .pth; one hook, no output, and one story from both commands."""
+    pythons = harness.pyenv_pythons()
+    if "3.11" not in pythons:
+        pytest.skip("needs Python 3.11")
+    python = harness.make_venv_editable(pythons["3.11"], tmp_path / "venv")
+    code = "import sys; print(sum('ascend_shim' in repr(f) for f in sys.meta_path))"
+    idle = harness.run([str(python), "-c", code], harness.scrubbed_env(), tmp_path)
+    assert idle.returncode == 0 and idle.stdout.strip() == "1" and idle.stderr == ""
+    status = harness.run([str(python), "-m", "ascend_shim", "status", "--json"], harness.scrubbed_env(),
+                         tmp_path)
+    report = json.loads(doctor(python, tmp_path, harness.scrubbed_env(), "--json").stdout)
+    assert json.loads(status.stdout)["startup"]["how"] == report["shim"]["how"]
+    assert report["shim"]["active"] is True
