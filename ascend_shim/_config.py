@@ -35,13 +35,9 @@ def shorten(text, limit=SHOWN_CHARS):
 
 
 def _warn(text):
-    stream = sys.stderr  # a daemon may have none: then the warning is dropped
-    if stream is None:
-        return
-    try:
-        stream.write("ascend_shim: warning: %s\n" % text)
-    except Exception:
-        pass
+    from ascend_shim._output import warn
+
+    warn(text)
 
 
 def _flag(env, name, default):

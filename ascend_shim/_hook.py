@@ -19,8 +19,7 @@ in ``exec_module``, where only the module's own lock is held. The engine is
 started under a lock of ours that nothing holds while importing a watched
 module, and patches are applied outside it.
 
-Output: only ``warn``/``debug`` below, to stderr and only where stderr is
-usable (a daemon has none); never stdout.
+Output: only through ``ascend_shim._output`` (stderr where there is one).
 """
 
 import os
@@ -28,27 +27,13 @@ import sys
 import threading
 
 import ascend_shim
+from ascend_shim._output import warn, write
 
 _start_lock = threading.RLock()
 _namespace_lock = threading.RLock()
 _engine = {"module": None, "error": None, "started": False}
 _executing = set()  # watched names between exec start and delivery
 _delivered = {}     # name -> module object last delivered
-
-
-def write(text):
-    """Write one line to stderr if there is a stderr that accepts it."""
-    stream = sys.stderr
-    if stream is None:
-        return
-    try:
-        stream.write("ascend_shim: %s\n" % text)
-    except Exception:
-        pass
-
-
-def warn(text):
-    write("warning: %s" % text)
 
 
 def debug(text):

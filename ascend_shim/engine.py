@@ -18,7 +18,7 @@ import sys
 import threading
 from typing import Any, Optional
 
-from ascend_shim import _config, _records
+from ascend_shim import _config, _output, _records
 from ascend_shim.patching import APPLIED, APPLYING, DISABLED, FAILED, PENDING, REMOVED, SKIPPED, Changes
 
 log = logging.getLogger("ascend_shim")
@@ -38,7 +38,16 @@ def start() -> None:
         config = _config.get()
         if config.debug:
             _enable_debug_logging()
-        records = _all_records()
+        try:
+            records = _all_records()
+        except Exception as exc:  # a broken install: say so, patch nothing
+            _state["error"] = "the patches do not import (%s: %s); fix: reinstall ascend-shim" % (
+                type(exc).__name__, exc)
+            _state["started"] = True
+            log.warning("ascend_shim patches nothing: %s", _state["error"])
+            if config.strict:
+                raise
+            return
         unknown = unknown_disable_names(config)
         if unknown:
             log.warning("ASCEND_SHIM_DISABLE names unknown patches %s; known: %s, or * for all",
@@ -82,9 +91,7 @@ class _DebugHandler(logging.Handler):
     def emit(self, record):
         if any(h.level <= record.levelno for h in logging.getLogger().handlers):
             return  # the application's own logging prints this one already
-        from ascend_shim import _hook
-
-        _hook.write(self.format(record))
+        _output.write(self.format(record))
 
 
 def _enable_debug_logging() -> None:
@@ -98,6 +105,8 @@ def _enable_debug_logging() -> None:
 def on_import(module: Any, late: bool = False) -> None:
     """A watched module has executed: decide every patch that now can."""
     start()
+    if not _records.records():
+        return  # the patches did not import: start() said so once
     name = module.__name__
     log.debug("imported %s", name)
     with _lock:
@@ -250,13 +259,9 @@ def patch_status() -> list:
 
 def status() -> dict:
     import ascend_shim
-    from ascend_shim import _hook, fallback_report
+    from ascend_shim import fallback_report
 
-    try:
-        _all_records()
-    except Exception as exc:  # a broken install: say so instead of a traceback
-        _state["error"] = _state["error"] or "the patches do not import: %s: %s" % (type(exc).__name__, exc)
-
+    start()
     # the INT8 report needs torch; only load it where comfy-kitchen was patched
     registration = sys.modules.get("ascend_shim.kitchen.registration")
     return {
@@ -265,7 +270,7 @@ def status() -> dict:
             "config": _config.get().as_dict(),
             "finder_installed": ascend_shim.finder_installed(),
             "engine_started": _state["started"],
-            "engine_error": _state["error"] or _hook.engine_error(),
+            "engine_error": _state["error"],
             "unknown_disable_names": unknown_disable_names(),
         },
         "patches": patch_status(),
