@@ -17,8 +17,8 @@ HOOKED_PACKAGES = frozenset(("comfy", "comfy_kitchen"))
 HOOKED_MODULES = frozenset(("torch_npu", "execution"))
 OFF_VALUES = ("0", "false", "off", "no")
 
-_resolving = set()  # (thread id, name) while the other finders are asked
-_loaders = []       # [HookedLoader, LegacyHookedLoader], made on first use
+_resolving: set = set()  # (thread id, name) while the other finders are asked
+_loaders: list = []  # [HookedLoader, LegacyHookedLoader], made on first use
 
 
 class ImportHookFinder:

@@ -31,9 +31,9 @@ from ascend_shim._output import warn, write
 
 _start_lock = threading.RLock()
 _namespace_lock = threading.RLock()
-_engine = {"module": None, "error": None, "started": False}
-_executing = set()  # watched names between exec start and delivery
-_delivered = {}     # name -> module object last delivered
+_engine: dict = {"module": None, "error": None, "started": False}
+_executing: set = set()  # watched names between exec start and delivery
+_delivered: dict = {}  # name -> module object last delivered
 
 
 def debug(text):

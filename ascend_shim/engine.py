@@ -26,7 +26,7 @@ log = logging.getLogger("ascend_shim")
 _lock = threading.RLock()
 _modules: dict = {}   # delivered module name -> the module object last executed
 _late: set = set()    # names delivered as already imported before the hook
-_state = {"started": False, "error": None}
+_state: dict = {"started": False, "error": None}
 WRAPT_FIX = "pip install 'wrapt>=1.14' into this venv"
 
 
