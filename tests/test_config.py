@@ -8,7 +8,7 @@ from ascend_shim._config import Config
 def test_defaults():
     config = Config({})
     assert config.as_dict() == {"enabled": True, "disabled": [], "debug": False, "strict": False,
-                                "mmap": "auto", "int8": "auto"}
+                                "mmap": "auto", "int8": "auto", "fp8": "auto"}
 
 
 @pytest.mark.parametrize("value,enabled", [("0", False), ("false", False), (" OFF ", False), ("no", False),
