@@ -1,0 +1,262 @@
+"""Every declared PATCH through its life: apply, remove, re-import, reload.
+
+The cases are generated from ``ascend_shim.patches.PATCHES``, so a new patch
+is covered without touching this file; each runs in a fresh interpreter on
+the simulated Ascend machine, with the ComfyUI shape (and comfy-kitchen) its
+target needs:
+
+- apply: the patch is applied and every attribute it changed holds the
+  shim's object;
+- remove: ``engine.remove`` puts back the very objects that were there
+  (``is``), and what the patch changed outside attributes (the process
+  environment, comfy-kitchen's backends and priority) equals a run where the
+  patch never applied;
+- re-import (``del sys.modules`` + import) and ``importlib.reload``: the fresh
+  or re-executed module is patched again, and status says so.
+
+A patch whose target the bed cannot provide, or whose change cannot be
+re-imported, is listed below with the reason, never dropped.
+"""
+
+import json
+
+import pytest
+
+import harness
+from ascend_shim.patches import PATCHES
+from testbed.comfy_fakes import SHAPES
+
+NEWEST_SHAPE = "v0_30" if "v0_30" in SHAPES else "v0_29"
+KITCHEN = "0.2.26"
+NO_NPU_BRANCH = "device-list-without-npu-branch"  # v0_29 whose get_all_torch_devices knows only CUDA
+
+# where the bed gives a patch what its guard needs (default: the newest shape on the 910B box)
+SETTINGS = {
+    "bf16_legacy": {"shape": "v0_3_11"},  # should_use_bf16 without its NPU branch (< v0.3.15)
+    "device_list": {"shape": NO_NPU_BRANCH},
+    "alloc_conf_withdraw": {"machine": "ascend-cpu", "env": {"TESTBED_NPU_COUNT": "0"}},
+}
+EXTRA_CASES = (("mmap", {"shape": "v0_3_11"}),)  # the load_torch_file wrap before v0.3.45
+
+CANNOT_REIMPORT = {
+    "comfy": "its change is the process environment, read once at the first comfy import",
+    "torch_npu": "torch_npu registers the npu device once per process (real torch_npu cannot "
+                 "be executed twice either)",
+}
+# patches that change nothing an undo could restore
+NOTHING_TO_RESTORE = {"announce": "it only logs one line"}
+# patches whose effect needs a condition no modelled ComfyUI sets up
+NO_EFFECT_ON_BED = {"kitchen_priority": "no modelled comfy.quant_ops reorders comfy-kitchen's priority, "
+                                        "so re-asserting the shim's order changes nothing here"}
+
+SCRIPT = r'''
+import importlib, json, os, sys
+
+name, phase, imports = sys.argv[1], sys.argv[2], sys.argv[3].split(",")
+import ascend_shim
+from ascend_shim import _records, engine
+
+for module in imports:
+    importlib.import_module(module)
+MISSING = object()
+
+
+def row():
+    return {r["name"]: r for r in ascend_shim.status()["patches"]}[name]
+
+
+def stored(owner, attribute):
+    if isinstance(owner, type):
+        return vars(owner).get(attribute, MISSING)
+    return getattr(owner, attribute, MISSING)
+
+
+def label(owner, attribute):
+    return "%s.%s" % (getattr(owner, "__qualname__", None) or getattr(owner, "__name__", type(owner).__name__),
+                      attribute)
+
+
+def outside_attributes():
+    ck = sys.modules.get("comfy_kitchen")
+    kitchen = None
+    if ck is not None and hasattr(ck, "list_backends"):
+        kitchen = {"backends": sorted(ck.list_backends()), "priority": list(ck.registry._priority),
+                   "listing": json.loads(json.dumps(ck.list_backends(), default=str, sort_keys=True))}
+    return {"env": os.environ.get("PYTORCH_NPU_ALLOC_CONF"), "kitchen": kitchen}
+
+
+def restored(owner, attribute, old):
+    if type(old) is object:  # the record's "there was none" marker
+        return not hasattr(owner, attribute)
+    return getattr(owner, attribute, MISSING) is old
+
+
+def dependents(first):
+    """Applied patches that come after ``first``, directly or not (removed before it)."""
+    found, names = [], [first]
+    for record in _records.records().values():
+        if any(n in names for n in record.patch.after) and record.state == "applied":
+            found.append(record.patch.name)
+            names.append(record.patch.name)
+    return found
+
+
+out = {"state": row()["state"], "reason": row()["reason"], "outside": outside_attributes()}
+if phase == "baseline" or out["state"] != "applied":
+    print(json.dumps(out))
+    sys.exit(0)
+
+record = _records.records()[name]
+wraps = [(p, a, o, r) for changes in record.changes for p, a, o, r, _ in changes.wraps]
+assigned = [(o, a, old, new) for changes in record.changes for o, a, old, new in changes.assigned]
+out["changed"] = [label(p, a) for p, a, _, _ in wraps] + [label(o, a) for o, a, _, _ in assigned]
+out["not_the_shims"] = [label(p, a) for p, a, _, r in wraps if stored(p, a) is not r] + \
+    [label(o, a) for o, a, _, new in assigned if getattr(o, a, MISSING) is not new]
+
+if phase == "remove":
+    for other in reversed(dependents(name)):
+        engine.remove(other)
+    engine.remove(name)
+    out["after_remove"] = row()["state"]
+    out["not_restored"] = [label(p, a) for p, a, o, _ in wraps if stored(p, a) is not o] + \
+        [label(o, a) for o, a, old, _ in assigned if not restored(o, a, old)]
+    out["outside_removed"] = outside_attributes()
+else:  # reimport: a fresh module, then the same one reloaded
+    target = record.patch.target
+    old = sys.modules[target]
+
+    def on_target(owner):
+        return owner is old or (isinstance(owner, type) and vars(old).get(owner.__name__) is owner)
+
+    def patched(module):
+        found = {}
+        for owner, attribute, _, _ in wraps:
+            if on_target(owner):
+                holder = module if owner is old else vars(module)[owner.__name__]
+                found[label(owner, attribute)] = hasattr(stored(holder, attribute), "__wrapped__")
+        for owner, attribute, _, new in assigned:
+            if on_target(owner):
+                found[label(owner, attribute)] = getattr(module, attribute, MISSING) == new
+        return found
+
+    out["outside_applied"] = out["outside"]
+    del sys.modules[target]
+    fresh = importlib.import_module(target)
+    out["outside_fresh"] = outside_attributes()
+    out["fresh_is_new"] = fresh is not old
+    out["fresh"] = patched(fresh)
+    out["fresh_status"] = {k: row()[k] for k in ("state", "in_place")}
+    importlib.reload(fresh)
+    out["reloaded"] = patched(fresh)
+    out["outside_reloaded"] = outside_attributes()
+    out["reloaded_status"] = {k: row()[k] for k in ("state", "in_place")}
+print(json.dumps(out, default=str))
+'''
+
+
+def imports_for(patch):
+    """The modules to import, in an order ComfyUI would: comfy first, dependencies, the target."""
+    by_name = {p.name: p for p in PATCHES}
+    order, pending = ["comfy.options"], list(patch.after)
+    while pending:
+        before = by_name[pending.pop(0)]
+        pending.extend(before.after)
+        order.extend(before.modules)
+    order.extend(patch.requires + (patch.target,))
+    return [m for i, m in enumerate(order) if m not in order[:i]]
+
+
+def cases():
+    out = [(patch, SETTINGS.get(patch.name, {})) for patch in PATCHES]
+    by_name = {p.name: p for p in PATCHES}
+    out.extend((by_name[name], settings) for name, settings in EXTRA_CASES)
+    return out
+
+
+def case_id(case):
+    patch, settings = case
+    return patch.name + ("@" + settings["shape"] if "shape" in settings else "")
+
+
+@pytest.fixture(scope="module")
+def lifecycle(bed_python, tmp_path_factory):
+    """lifecycle(patch, settings, phase) -> the script's JSON (cached)."""
+    cache = {}
+    folder = tmp_path_factory.mktemp("lifecycle")
+    script = folder / "lifecycle.py"
+    script.write_text(SCRIPT)
+
+    def shape_dir(shape):
+        if shape != NO_NPU_BRANCH:
+            return shape
+        import shutil
+
+        variant = folder / "no_npu_branch"
+        if not variant.exists():
+            shutil.copytree(harness.COMFY_FAKES / "v0_29", variant)
+            source = (variant / "comfy" / "model_management.py").read_text()
+            branch = ('        elif is_ascend_npu():\n'
+                      '            for i in range(torch.npu.device_count()):\n'
+                      '                devices.append(torch.device("npu", i))\n')
+            assert branch in source
+            (variant / "comfy" / "model_management.py").write_text(source.replace(branch, ""))
+        return str(variant)
+
+    def run(patch, settings, phase, disable=None):
+        key = (patch.name, json.dumps(settings, sort_keys=True), phase, disable)
+        if key not in cache:
+            env = dict(settings.get("env", {}))
+            if disable:
+                env["ASCEND_SHIM_DISABLE"] = disable
+            comfy = shape_dir(settings.get("shape", NEWEST_SHAPE))
+            proc = harness.run(
+                [str(bed_python), str(script), patch.name, phase, ",".join(imports_for(patch))],
+                harness.bed_env(settings.get("machine", "ascend-cu130"), comfy, KITCHEN, **env),
+                folder, timeout=300)
+            cache[key] = harness.last_json(proc)
+        return cache[key]
+
+    return run
+
+
+def applied(lifecycle, patch, settings, phase):
+    result = lifecycle(patch, settings, phase)
+    assert result["state"] == "applied", "%s did not apply on the bed: %s" % (patch.name, result["reason"])
+    return result
+
+
+@pytest.mark.parametrize("case", cases(), ids=case_id)
+def test_apply_then_remove_restores_the_originals(lifecycle, case):
+    patch, settings = case
+    result = applied(lifecycle, patch, settings, "remove")
+    assert result["not_the_shims"] == [], "applied, but not holding the shim's objects"
+    if not result["changed"] and patch.name not in NOTHING_TO_RESTORE and patch.name not in NO_EFFECT_ON_BED:
+        if result["outside"] == lifecycle(patch, settings, "baseline", disable=patch.name)["outside"]:
+            pytest.fail("%s records no change and changes nothing outside attributes either" % patch.name)
+    assert result["after_remove"] == "removed"
+    assert result["not_restored"] == []
+    never_applied = lifecycle(patch, settings, "baseline", disable=patch.name)
+    assert never_applied["state"] == "disabled"
+    assert result["outside_removed"] == never_applied["outside"]
+
+
+@pytest.mark.parametrize("case", cases(), ids=case_id)
+def test_reimport_and_reload_patch_again(lifecycle, case):
+    patch, settings = case
+    if patch.target in CANNOT_REIMPORT:
+        pytest.skip("%s targets %s: %s" % (patch.name, patch.target, CANNOT_REIMPORT[patch.target]))
+    result = applied(lifecycle, patch, settings, "reimport")
+    for unobservable in (NOTHING_TO_RESTORE, NO_EFFECT_ON_BED):
+        if not result["fresh"] and patch.name in unobservable:
+            pytest.skip("%s: %s" % (patch.name, unobservable[patch.name]))
+    if not result["fresh"]:  # its change lives outside the module (comfy-kitchen's registry)
+        never_applied = lifecycle(patch, settings, "baseline", disable=patch.name)["outside"]
+        assert result["outside_applied"] != never_applied, "%s changed nothing observable" % patch.name
+        assert result["outside_fresh"] == result["outside_reloaded"] == result["outside_applied"]
+        assert result["fresh_status"]["state"] == result["reloaded_status"]["state"] == "applied"
+        return
+    assert result["fresh_is_new"]
+    assert all(result["fresh"].values()), result["fresh"]
+    assert result["fresh_status"] == {"state": "applied", "in_place": True}
+    assert all(result["reloaded"].values()), result["reloaded"]
+    assert result["reloaded_status"] == {"state": "applied", "in_place": True}
