@@ -24,7 +24,7 @@ ODD_BF16 = "odd M, bf16 out, bf16 bias, scale ()"
 ODD_FP16 = "odd M, fp16 out, fp16 bias, scale [N]"
 FP16_NO_BIAS = "fp16 out, no bias, scale [N,1]"
 BF16_TO_FP16 = "bf16 x, fp16 out, bf16 bias (passed as fp16)"
-TILE = "M=260 past the 128/256-row tiles, bf16 bias"
+TILE = "M=1030 past the 128- to 1024-row tiles, bf16 bias"
 K104 = "K=104 N=40 (off the 16-grid), bf16 bias"
 K97 = "K=97 N=45 (odd), fp16 bias"
 BATCH_SLICE = "3-D x batch slice (storage offset), fp16 bias"
@@ -211,6 +211,28 @@ def test_a_corrupted_quant_op_fails_the_selftest(bed_python, tmp_path, corruptio
 def test_a_corrupted_float_op_fails_the_selftest(bed_python, tmp_path, corruption):
     code, expected = SCENARIO_CORRUPTIONS[corruption]
     assert_caught(run_selftest(bed_python, tmp_path, code=code), expected)
+
+
+def test_a_call_this_cann_refuses_is_reported_with_its_arguments(bed_python, tmp_path):
+    code = """
+import sys, torch, torch_npu
+real = torch_npu.npu_quant_matmul
+def refusing(*args, **kwargs):
+    bias = kwargs.get("bias")
+    if bias is not None and bias.dtype == torch.float16:
+        raise RuntimeError("aclnnQuantMatmulV4: bias dtype float16 not supported, please upgrade CANN")
+    return real(*args, **kwargs)
+torch_npu.npu_quant_matmul = refusing
+""" + RUN_SELFTEST
+    failed = assert_caught(run_selftest(bed_python, tmp_path, code=code), {ODD_FP16, K97, BF16_TO_FP16})
+    check = failed[ODD_FP16]
+    assert check["failures"] == ["the call raised RuntimeError: aclnnQuantMatmulV4: bias dtype float16 not "
+                                 "supported, please upgrade CANN"]
+    matmul = check["calls"][-1]
+    assert matmul["call"] == "torch_npu.npu_quant_matmul"
+    assert matmul["arguments"]["bias"]["dtype"] == "torch.float16"
+    assert matmul["arguments"]["output_dtype"] == "torch.float16"
+    assert M1 not in failed and ODD_BF16 not in failed
 
 
 def test_the_text_report_can_be_pasted_upstream(bed_python, tmp_path):
