@@ -143,3 +143,58 @@ def report():
 def reset_calls():
     with _lock:
         _state["calls"] = 0
+
+
+# -- the on-device check ``selftest`` reports ---------------------------------
+
+def _check_operands(m, k, n):
+    """int8 operands whose int32 products need every K-chunk: odd sums beyond 2**24."""
+    generator = torch.Generator().manual_seed(0)
+    a = torch.randint(-128, 128, (m, k), dtype=torch.int8, generator=generator)
+    b = torch.randint(-128, 128, (k, n), dtype=torch.int8, generator=generator)
+    a[0] = -128
+    b[:, 0] = -128
+    a[0, ::3] = 127
+    return a, b
+
+
+def _timed(function, device, repeat):
+    import time
+
+    function()  # warm
+    synchronize = getattr(getattr(torch, "npu", None), "synchronize", None)
+    start = time.perf_counter()
+    for _ in range(repeat):
+        out = function()
+    if synchronize is not None:
+        synchronize(device)
+    return out, (time.perf_counter() - start) / repeat * 1e6
+
+
+def device_check(device, ops=None, shape=(64, 4096, 256), repeat=5):
+    """Is ``aten::_int_mm`` on ``device`` exact against the CPU, and how fast?
+
+    Also asks whether ``npu_quant_matmul`` with int32 output and a unit scale
+    (op-plugin 7.0.0+, FACTS 4.2: unverified) is exact and faster: a candidate
+    for a later default, reported, never used here. ``ops`` is torch_npu.
+    """
+    a, b = _check_operands(*shape)
+    want = torch._int_mm(a, b)
+    da, db = a.to(device), b.to(device)
+    report = {"shape": list(shape), "kernel": "shim" if registered() else "torch_npu / fallback"}
+    try:
+        got, report["int_mm_us"] = _timed(lambda: torch._int_mm(da, db), device, repeat)
+        report["int_mm_exact"] = bool(torch.equal(got.cpu(), want))
+    except RuntimeError as exc:
+        report["int_mm_error"] = "%s: %s" % (type(exc).__name__, exc)
+    quant_matmul = getattr(ops, "npu_quant_matmul", None)
+    if quant_matmul is None:
+        report["quant_matmul_int32"] = "torch_npu has no npu_quant_matmul"
+        return report
+    unit = torch.ones(1, dtype=torch.float32, device=device)
+    try:
+        got, us = _timed(lambda: quant_matmul(da, db, unit, output_dtype=torch.int32), device, repeat)
+        report["quant_matmul_int32"] = {"exact": bool(torch.equal(got.cpu(), want)), "us": us}
+    except (RuntimeError, TypeError, ValueError) as exc:
+        report["quant_matmul_int32"] = "not available: %s: %s" % (type(exc).__name__, exc)
+    return report

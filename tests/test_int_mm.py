@@ -167,6 +167,25 @@ class _Checks:
         finally:
             int_mm.register()
 
+    def test_device_check_reports_exactness_of_both_candidates(self):
+        report = int_mm.device_check("npu", torch_npu, shape=(8, 2048, 16), repeat=1)
+        assert report["kernel"] == "shim" and report["int_mm_exact"] is True
+        assert report["quant_matmul_int32"]["exact"] is True  # the bed's op is exact by construction
+        assert nd.cpu_fallbacks() == {}
+
+    def test_device_check_tells_a_wrong_kernel(self):
+        int_mm.deregister()
+        wrong = torch.library.Library("aten", "IMPL")
+        wrong.impl("_int_mm", lambda a, b: torch.mm(a.float(), b.float()).to(torch.int32), "PrivateUse1")
+        torch.npu.matmul.allow_hf32 = True  # a float kernel without the guard
+        try:
+            report = int_mm.device_check("npu", None, shape=(8, 2048, 16), repeat=1)
+        finally:
+            wrong._destroy()
+            int_mm.register()
+        assert report["int_mm_exact"] is False
+        assert report["quant_matmul_int32"] == "torch_npu has no npu_quant_matmul"
+
     def test_torch_npus_own_kernel_wins(self):
         int_mm.deregister()
         own = torch.library.Library("aten", "IMPL")
