@@ -440,22 +440,25 @@ class Matrix:
             result.update(passed=False, failures=["the call raised %s: %s" % (type(exc).__name__, exc)],
                           calls=[describe_call(c) for c in self.ops.calls] or [fallback_call(kwargs)])
             return result
-        failures = output_failures(out, kwargs)
-        if not failures:
-            if case.path == "npu":
-                metrics, found = device_call_checks(self.ops.calls)
-                result.update(metrics)
-                failures += found
-                e2e = compare(out, float_reference(x, weight, weight_scale, bias, case.convrot))
-                result.update(e2e)
-                failures += end_to_end_failures(e2e)
-            else:
-                metrics, found = fallback_check(out, x, weight, weight_scale, bias)
-                result.update(metrics)
-                failures += found
+        metrics, failures = case_checks(case, out, kwargs, self.ops.calls)
+        result.update(metrics)
         result.update(passed=not failures, failures=failures,
                       calls=[describe_call(c) for c in self.ops.calls] or [fallback_call(kwargs)])
         return result
+
+
+def case_checks(case, out, kwargs, calls):
+    """(metrics, failures) of one matrix case: its output, its device calls, the layer."""
+    failures = output_failures(out, kwargs)
+    if failures:
+        return {}, failures
+    x, weight, weight_scale, bias = (kwargs[k] for k in ("x", "weight", "weight_scale", "bias"))
+    if case.path == "fallback":
+        return fallback_check(out, x, weight, weight_scale, bias)
+    metrics, failures = device_call_checks(calls)
+    e2e = compare(out, float_reference(x, weight, weight_scale, bias, case.convrot))
+    metrics.update(e2e)
+    return metrics, failures + end_to_end_failures(e2e)
 
 
 def output_failures(out, kwargs):
