@@ -76,7 +76,7 @@ def test_future_options_are_declined_not_refused(w4a8_run, version):
 
 
 COMFY_V0_30 = """
-    import json, warnings
+    import json, sys, warnings
     warnings.simplefilter("ignore")
     import torch
     import comfy.model_management as mm
@@ -99,8 +99,9 @@ COMFY_V0_30 = """
     qdata, s_rel, s_channel, _correction, codebook = ck.quantize_w4a8_int8_weight(torch.randn(n, k) * 0.02)
     bias = torch.randn(n, dtype=torch.bfloat16)
     layer = ops.Linear(k, n, bias=True, device=device)
-    # s_rel as float32: decoding float8 before the device is the fp8 loader's part
-    layer.load_state_dict({"weight": qdata, "weight_s_rel": s_rel.float(), "weight_s_channel": s_channel,
+    # as files hold it (float8_e4m3fn, or its bytes as uint8), or already float32
+    stored = {"fp32": s_rel.float(), "fp8": s_rel, "uint8": s_rel.view(torch.uint8)}[sys.argv[1]]
+    layer.load_state_dict({"weight": qdata, "weight_s_rel": stored, "weight_s_channel": s_channel,
                            "weight_codebook": codebook, "bias": bias,
                            "comfy_quant": marker({"format": "asym_w4a8_int8", "group_size": 16,
                                                   "convrot_groupsize": 256})})
@@ -116,8 +117,10 @@ COMFY_V0_30 = """
 """
 
 
-def test_comfy_v0_30_runs_a_w4a8_layer_on_the_npu(run_bed):
-    proc = run_bed(COMFY_V0_30, comfy="v0_30", kitchen="0.2.27")
+@pytest.mark.parametrize("s_rel", ["fp32", "fp8", "uint8"])
+def test_comfy_v0_30_runs_a_w4a8_layer_on_the_npu(run_bed, s_rel):
+    """fp8/uint8 group scales need the fp8 decode as well (no float8 on a 910B): both fixes at once."""
+    proc = run_bed(COMFY_V0_30, comfy="v0_30", kitchen="0.2.27", argv=[s_rel])
     assert proc.returncode == 0, proc.stderr[-4000:]
     out = harness.last_json(proc)
     assert out["device"] == "npu:0" and out["weight_device"] == "npu:0"
