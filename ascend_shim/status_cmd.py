@@ -145,8 +145,8 @@ def _why_inactive(startup, shim):
     """Why a patch whose modules were imported was never decided."""
     if startup["switched_off"] is not None:
         return "switched off by ASCEND_SHIM=%s" % startup["switched_off"]
-    if shim.get("start_error"):
-        return "the engine failed to start (%s)" % shim["start_error"]
+    if shim.get("engine_error"):
+        return "the engine failed to start (%s)" % shim["engine_error"]
     return "imported before the shim was active"
 
 
@@ -170,10 +170,10 @@ def headline(data):
     shim = data.get("shim", {})
     if shim.get("status_error"):
         lines.append("  engine       cannot report its patches: %s" % shim["status_error"])
-    if shim.get("start_error"):
-        lines.append("  engine       failed to start: %s" % shim["start_error"])
+    if shim.get("engine_error"):
+        lines.append("  engine       failed to start: %s" % shim["engine_error"])
     if shim.get("unknown_disable_names"):
-        lines.append("  ASCEND_SHIM_DISABLE names unknown patches: %s"
+        lines.append("  settings     ASCEND_SHIM_DISABLE names unknown patches: %s"
                      % ", ".join(shim["unknown_disable_names"]))
     return lines
 
