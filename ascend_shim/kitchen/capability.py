@@ -111,7 +111,9 @@ def probe(ops, device, out_dtype, with_bias):
 
 
 def is_out_of_memory(exc):
-    return isinstance(exc, torch.OutOfMemoryError) or "out of memory" in str(exc).lower()
+    # torch.OutOfMemoryError exists from torch 2.5; older stacks say it in the text
+    oom = getattr(torch, "OutOfMemoryError", ())
+    return isinstance(exc, oom) or "out of memory" in str(exc).lower()
 
 
 class Capability:
