@@ -81,6 +81,7 @@ COMFY_V0_30 = """
     import torch
     import comfy.model_management as mm
     import comfy.ops
+    import comfy.quant_ops
     import comfy_kitchen as ck
     from testbed import npu_device
     from ascend_shim.kitchen import w4a8
@@ -112,6 +113,8 @@ COMFY_V0_30 = """
     print(json.dumps({
         "device": str(device), "weight_device": str(layer.weight.device),
         "disabled": sorted(comfy.ops.get_disabled_quant_formats(device)),
+        "int8_algos": {name: [algo["comfy_tensor_layout"], algo["quantize_input"]]
+                       for name, algo in comfy.quant_ops.QUANT_ALGOS.items() if algo["storage_t"] == torch.int8},
         "out_device": str(got.device), "shape": list(got.shape), "cos": cosine(got.cpu(), want),
         "cpu_fallbacks": sorted(npu_device.cpu_fallbacks()), "w4a8": w4a8.report()}))
 """
@@ -125,6 +128,9 @@ def test_comfy_v0_30_runs_a_w4a8_layer_on_the_npu(run_bed, s_rel):
     out = harness.last_json(proc)
     assert out["device"] == "npu:0" and out["weight_device"] == "npu:0"
     assert not {"int8_tensorwise", "convrot_w4a4", "asym_w4a8_int8"} & set(out["disabled"])
+    assert out["int8_algos"] == {"int8_tensorwise": ["TensorWiseINT8Layout", False],
+                                 "convrot_w4a4": ["TensorCoreConvRotW4A4Layout", False],
+                                 "asym_w4a8_int8": ["AsymW4A8Int8Layout", False]}
     assert out["out_device"] == "npu:0" and out["shape"] == [2, 7, 256]
     assert out["cpu_fallbacks"] == []
     assert out["w4a8"]["npu_quant"] == 1 and out["w4a8"]["float_path"] == 0, out
