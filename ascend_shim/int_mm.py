@@ -74,11 +74,22 @@ def _count():
         _state["calls"] += 1
 
 
+def _device_product(a, b):
+    """The exact product on the device; a device failure says it was not the caller's input."""
+    try:
+        return int8_math.exact_int_mm(a, b)
+    except RuntimeError as exc:
+        if "out of memory" in str(exc).lower():
+            raise
+        raise RuntimeError("ascend_shim: the NPU could not run the fp32 GEMMs of aten::_int_mm "
+                           "(the operands are valid): %s" % exc) from exc
+
+
 def int_mm(a, b):
     """The PrivateUse1 kernel of ``aten::_int_mm``."""
     check_operands(a, b)
     _count()
-    return int8_math.exact_int_mm(a, b)
+    return _device_product(a, b)
 
 
 def int_mm_out(a, b, *, out):
@@ -87,7 +98,7 @@ def int_mm_out(a, b, *, out):
     if out.dtype != torch.int32:
         raise RuntimeError("_int_mm: Expected result dtype to be of type kInt but got %s" % out.dtype)
     _count()
-    result = int8_math.exact_int_mm(a, b)
+    result = _device_product(a, b)
     out.resize_(result.shape)
     out.copy_(result)
     return out

@@ -149,6 +149,15 @@ class _Checks:
         assert nd.cpu_fallbacks() == {}
         assert int_mm.report()["calls"] == 0
 
+    def test_a_device_failure_is_told_apart_from_bad_input(self, monkeypatch):
+        def device_fails(a, b):
+            raise RuntimeError("aclnnMatmul failed: EZ9999")
+
+        monkeypatch.setattr(int8_math, "exact_int_mm", device_fails)
+        with pytest.raises(RuntimeError, match="operands are valid.*EZ9999"):
+            torch._int_mm(int8(4, 8).npu(), int8(8, 4).npu())
+        assert nd.cpu_fallbacks() == {}
+
     def test_mixed_devices_refused(self):
         with pytest.raises(RuntimeError, match="same device"):
             torch._int_mm(int8(4, 8).npu(), int8(8, 4))
