@@ -10,7 +10,7 @@ import os
 import site
 import sys
 
-OFF_VALUES = ("0", "false", "off", "no")
+from ascend_shim import OFF_VALUES
 
 
 def _pth_files():

@@ -305,19 +305,3 @@ class BackendModule:
 
     def __repr__(self):
         return "<comfy-kitchen backend %s>" % self.__name__
-
-
-def exact_mm_int8(wrapped, instance, args, kwargs):
-    """``comfy_kitchen.mm_int8`` on NPU tensors without ``torch._int_mm``."""
-    a = args[0] if args else kwargs.get("a")
-    b = args[1] if len(args) > 1 else kwargs.get("b")
-    if not (isinstance(a, torch.Tensor) and a.device.type == "npu"):
-        return wrapped(*args, **kwargs)
-    # eager's own preconditions, checked under python -O too, with eager's exception type
-    if a.dtype != torch.int8 or b.dtype != torch.int8:
-        raise AssertionError("mm_int8 needs int8 operands, got %s and %s" % (a.dtype, b.dtype))
-    if a.dim() != 2 or b.dim() != 2:
-        raise AssertionError("mm_int8 needs 2-D operands, got %d-D and %d-D" % (a.dim(), b.dim()))
-    if a.size(1) != b.size(0):
-        raise AssertionError("K mismatch: %d vs %d" % (a.size(1), b.size(0)))
-    return int8_math.exact_int8_mm(a, b.to(a.device))

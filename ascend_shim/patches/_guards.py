@@ -25,8 +25,6 @@ def why_npu_not_chosen(mm):
     return None
 
 
-# announce.py still imports the first name of this guard
-comfy_npu_active = why_npu_not_chosen
 
 
 def npu_chosen(mm):

@@ -4,7 +4,7 @@ import logging
 
 from ascend_shim import _records
 from ascend_shim.patching import Patch
-from ascend_shim.patches._guards import comfy_npu_active
+from ascend_shim.patches._guards import why_npu_not_chosen
 
 log = logging.getLogger("ascend_shim")
 
@@ -31,6 +31,6 @@ PATCH = Patch(
     target="comfy.model_management",
     requires=("comfy.utils",),
     summary="log one line naming the NPU and the applied patches",
-    guard=comfy_npu_active,
+    guard=why_npu_not_chosen,
     apply=apply,
 )
