@@ -29,20 +29,9 @@ def _activate():
 
 
 def _chain_next():
-    """Execute the next sitecustomize on sys.path, if any, as this module."""
-    here = os.path.dirname(os.path.abspath(__file__))
-    folders = [os.path.abspath(entry or os.getcwd()) for entry in sys.path]
-    # only entries after this one: chaining backwards could loop forever
-    after = folders[folders.index(here) + 1:] if here in folders else []
-    for folder in after:
-        if folder == here:
-            continue
-        candidate = os.path.join(folder, "sitecustomize.py")
-        if os.path.isfile(candidate):
-            with open(candidate, "rb") as handle:
-                code = compile(handle.read(), candidate, "exec")
-            exec(code, {"__name__": "sitecustomize", "__file__": candidate})
-            return
+    from ascend_shim import _sitecustomize_chain
+
+    _sitecustomize_chain.run_next(__file__)
 
 
 _activate()

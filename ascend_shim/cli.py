@@ -14,19 +14,22 @@ Exit status, the same for every command:
 import argparse
 import os
 import sys
+from typing import List, Optional
+
+from ascend_shim import _output
 
 OK, PROBLEM, USAGE, NO_NPU, INTERNAL = 0, 1, 2, 3, 4
 
 
-def positive_int(text):
+def positive_int(text: str) -> int:
     return _bounded_int(text, 1, "a whole number >= 1")
 
 
-def non_negative_int(text):
+def non_negative_int(text: str) -> int:
     return _bounded_int(text, 0, "a whole number >= 0")
 
 
-def _bounded_int(text, low, wanted):
+def _bounded_int(text: str, low: int, wanted: str) -> int:
     try:
         value = int(text)
     except ValueError:
@@ -36,7 +39,7 @@ def _bounded_int(text, low, wanted):
     return value
 
 
-def token_counts(text):
+def token_counts(text: str) -> List[int]:
     """``"8352,256"`` -> [8352, 256]; every entry a whole number >= 1."""
     parts = [p.strip() for p in text.split(",")]
     if not parts or any(not p for p in parts):
@@ -44,31 +47,31 @@ def token_counts(text):
     return [_bounded_int(p, 1, "a token count >= 1") for p in parts]
 
 
-def cmd_status(options):
+def cmd_status(options: argparse.Namespace) -> int:
     from ascend_shim import status_cmd
 
     return status_cmd.main(options)
 
 
-def cmd_doctor(options):
+def cmd_doctor(options: argparse.Namespace) -> int:
     from ascend_shim import doctor
 
     return doctor.main(options)
 
 
-def cmd_selftest(options):
+def cmd_selftest(options: argparse.Namespace) -> int:
     from ascend_shim import selftest
 
     return selftest.main(options)
 
 
-def cmd_bench(options):
+def cmd_bench(options: argparse.Namespace) -> int:
     from ascend_shim import bench
 
     return bench.main(options)
 
 
-def build_parser():
+def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="python -m ascend_shim",
         description="ComfyUI on Ascend NPUs: status and diagnostics",
@@ -100,15 +103,7 @@ def build_parser():
     return parser
 
 
-def _say(text):
-    if sys.stderr is not None:
-        try:
-            sys.stderr.write(text + "\n")
-        except Exception:
-            pass
-
-
-def _quiet_broken_pipe():
+def _quiet_broken_pipe() -> None:
     """The reader went away (``| head``): stop quietly, as other CLI tools do."""
     try:
         devnull = os.open(os.devnull, os.O_WRONLY)
@@ -117,7 +112,7 @@ def _quiet_broken_pipe():
         pass
 
 
-def main(argv=None):
+def main(argv: Optional[List[str]] = None) -> int:
     parser = build_parser()
     options = parser.parse_args(argv)  # exits 2 with a usage message on bad input
     if not getattr(options, "func", None):
@@ -131,13 +126,13 @@ def main(argv=None):
         _quiet_broken_pipe()
         return OK
     except KeyboardInterrupt:
-        _say("interrupted")
+        _output.write("interrupted")
         return 130
     except Exception as exc:
         if os.environ.get("ASCEND_SHIM_DEBUG", "").strip() not in ("", "0"):
             import traceback
 
             traceback.print_exc()
-        _say("ascend_shim %s failed: %s: %s (this is a bug in the shim; ASCEND_SHIM_DEBUG=1 shows "
-             "the traceback)" % (options.command, type(exc).__name__, exc))
+        _output.write("%s failed: %s: %s (this is a bug in the shim; ASCEND_SHIM_DEBUG=1 shows "
+                      "the traceback)" % (options.command, type(exc).__name__, exc))
         return INTERNAL

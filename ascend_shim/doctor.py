@@ -12,10 +12,13 @@ import platform
 import re
 import sys
 
+from ascend_shim import versions
+
 ENV_VARS = (
     "ASCEND_SHIM", "ASCEND_SHIM_DISABLE", "ASCEND_SHIM_DEBUG", "ASCEND_SHIM_STRICT",
-    "ASCEND_SHIM_MMAP", "ASCEND_SHIM_INT8", "PYTORCH_NPU_ALLOC_CONF", "PYTORCH_ALLOC_CONF",
-    "PYTORCH_CUDA_ALLOC_CONF", "ASCEND_RT_VISIBLE_DEVICES", "TORCH_DEVICE_BACKEND_AUTOLOAD",
+    "ASCEND_SHIM_MMAP", "ASCEND_SHIM_INT8", "ASCEND_SHIM_FP8",
+    "PYTORCH_NPU_ALLOC_CONF", "PYTORCH_ALLOC_CONF", "PYTORCH_CUDA_ALLOC_CONF",
+    "ASCEND_RT_VISIBLE_DEVICES", "TORCH_DEVICE_BACKEND_AUTOLOAD",
     "TORCH_NPU_FALLBACK_CPU_DISABLE", "ASCEND_TOOLKIT_HOME", "ASCEND_HOME_PATH",
 )
 PROBLEM, WARNING, INFO = "problem", "warning", "info"
@@ -120,7 +123,7 @@ def _kitchen(report, findings):
         return
     folder = os.path.dirname(spec.origin)
     info["installed"] = True
-    info["version"] = _distribution_version("comfy-kitchen") or _version_from_file(spec.origin)
+    info["version"] = versions.distribution("comfy-kitchen") or versions.in_file(spec.origin)
     info["upstream_ascend_backend"] = os.path.exists(os.path.join(folder, "backends", "ascend", "__init__.py"))
     with open(spec.origin, encoding="utf-8", errors="replace") as handle:
         has_int8 = "def int8_linear" in handle.read()
@@ -128,24 +131,6 @@ def _kitchen(report, findings):
     if not has_int8:
         findings.add(WARNING, "comfy-kitchen %s has no int8_linear: INT8 models are dequantized"
                      % info["version"], "upgrade comfy-kitchen to 0.2.11 or newer")
-
-
-def _distribution_version(name):
-    try:
-        from importlib import metadata
-
-        return metadata.version(name)
-    except Exception:
-        return None
-
-
-def _version_from_file(path):
-    try:
-        with open(path, encoding="utf-8", errors="replace") as handle:
-            match = re.search(r"__version__\s*=\s*['\"]([^'\"]+)", handle.read())
-        return match.group(1) if match else None
-    except OSError:
-        return None
 
 
 def _comfyui(report, findings, directory):
@@ -161,7 +146,7 @@ def _comfyui(report, findings, directory):
     with open(source, encoding="utf-8", errors="replace") as handle:
         supports_ascend = "def is_ascend_npu" in handle.read()
     report["comfyui"] = {"path": folder, "supports_ascend": supports_ascend,
-                         "version": _version_from_file(version_file) if os.path.exists(version_file) else None}
+                         "version": versions.in_file(version_file)}
     if not supports_ascend and report["npu"]["available"]:
         findings.add(PROBLEM, "ComfyUI %s in %s predates Ascend support (v0.3.11): it cannot run on this "
                      "NPU, and the shim leaves it alone" % (report["comfyui"]["version"] or "", folder),

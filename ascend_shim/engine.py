@@ -262,8 +262,10 @@ def status() -> dict:
     from ascend_shim import fallback_report
 
     start()
-    # the INT8 report needs torch; only load it where comfy-kitchen was patched
+    # these reports need torch: each is read only where its module was loaded
     registration = sys.modules.get("ascend_shim.kitchen.registration")
+    int_mm = sys.modules.get("ascend_shim.int_mm")
+    w4a8 = sys.modules.get("ascend_shim.kitchen.w4a8")
     return {
         "shim": {
             "version": ascend_shim.__version__,
@@ -275,5 +277,7 @@ def status() -> dict:
         },
         "patches": patch_status(),
         "int8": registration.report() if registration else {"decision": "not registered"},
+        "w4a8": w4a8.report() if w4a8 else None,
+        "int_mm": int_mm.report() if int_mm else None,
         "cpu_fallbacks": fallback_report.report(),
     }

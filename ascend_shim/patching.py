@@ -113,7 +113,7 @@ def _wrapper_class():
     return _ShimWrapper
 
 
-_ShimWrapper = None
+_ShimWrapper: Optional[type] = None
 
 
 class _Switch:

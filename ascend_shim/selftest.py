@@ -39,6 +39,8 @@ import json
 import platform
 import warnings
 
+from ascend_shim import versions
+
 PASSED = 0
 FAILED = 1
 NO_NPU = 3
@@ -821,16 +823,7 @@ def versions(torch, torch_npu, device):
     return {"device": torch.npu.get_device_name(device.index), "torch": torch.__version__,
             "torch_npu": torch_npu.__version__, "cann": cann, "python": platform.python_version(),
             "ascend_shim": ascend_shim.__version__,
-            "comfy_kitchen": kitchen_version()}
-
-
-def kitchen_version():
-    try:
-        from importlib import metadata
-
-        return metadata.version("comfy-kitchen")
-    except Exception:
-        return None
+            "comfy_kitchen": versions.distribution("comfy-kitchen")}
 
 
 def guarded(name, checks):

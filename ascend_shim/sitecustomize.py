@@ -24,21 +24,11 @@ def _warn():
         pass
 
 
-def _run_next():
-    here = os.path.dirname(os.path.abspath(__file__))
-    folders = [os.path.abspath(entry or os.getcwd()) for entry in sys.path]
-    for folder in folders[folders.index(here) + 1:] if here in folders else []:
-        candidate = os.path.join(folder, "sitecustomize.py")
-        if folder != here and os.path.isfile(candidate):
-            with open(candidate, "rb") as handle:
-                code = compile(handle.read(), candidate, "exec")
-            exec(code, {"__name__": "sitecustomize", "__file__": candidate})
-            return
-
-
 _warn()
 try:
-    _run_next()
+    import _sitecustomize_chain  # beside this file, so on sys.path as a top-level module
+
+    _sitecustomize_chain.run_next(__file__)
 except Exception as exc:
     if sys.stderr is not None:
         try:

@@ -187,7 +187,7 @@ def next_step(data):
                 "ComfyUI with PYTHONPATH=<checkout root>; then run `python -m ascend_shim doctor`")
     if not machine["npu"]:
         return ("nothing to do on this machine; `python -m ascend_shim doctor` shows the details")
-    if not imports["asked"]:
+    if not imports["asked"] and not any(row.get("state") == "applied" for row in data.get("patches", ())):
         return ("inside the ComfyUI folder run `%s` to see what the shim does to it, "
                 "or `python -m ascend_shim doctor`" % NEXT_IMPORT)
     if _failed(imports):
@@ -222,7 +222,10 @@ def render(data, verbose):
                 out.append("    " + ", ".join(extra))
     else:
         out.append(table(rows))
-    out.extend(_int8_lines(data.get("int8") or {}))
+    seen = versions_seen(rows)
+    if seen:
+        out.append("patched: %s" % ", ".join("%s %s" % item for item in seen))
+    out.extend(_int8_lines(data.get("int8") or {}, data.get("w4a8"), data.get("int_mm")))
     fallbacks = data.get("cpu_fallbacks") or []
     out.append("CPU fallbacks seen: %s" % (", ".join(fallbacks) if fallbacks else "none"))
     out.append("")
@@ -230,15 +233,39 @@ def render(data, verbose):
     return "\n".join(out)
 
 
-def _int8_lines(int8):
+PACKAGE_OF_TARGET = (("comfy_kitchen", "comfy-kitchen"), ("torch_npu", "torch_npu"))
+
+
+def versions_seen(rows):
+    """[(package, version)] of the packages whose patches reported a version."""
+    seen = {}
+    for row in rows:
+        if row.get("version"):
+            top = row["target"].partition(".")[0]
+            package = dict(PACKAGE_OF_TARGET).get(top, "ComfyUI")
+            seen.setdefault(package, row["version"])
+    return sorted(seen.items())
+
+
+def _int8_lines(int8, w4a8=None, int_mm=None):
     lines = ["", "INT8 (comfy-kitchen): %s" % int8.get("decision")]
+    if int8.get("note"):
+        lines.append("  %s" % int8["note"])
     if int8.get("priority") is not None:
         lines.append("  priority: %s" % ", ".join(int8["priority"]))
         calls = int8.get("calls") or {}
-        lines.append("  calls: NPU INT8 %s, on-device fallback %s, INT8 errors %s" % (
-            calls.get("npu_quant", 0), calls.get("fallback", 0), calls.get("quant_errors", 0)))
+        lines.append("  calls: NPU INT8 %s, on-device fallback %s, INT8 errors %s, handed to eager %s" % (
+            calls.get("npu_quant", 0), calls.get("fallback", 0), calls.get("quant_errors", 0),
+            calls.get("to_eager", 0)))
         for param, entry in sorted((calls.get("declined") or {}).items()):
             lines.append("  declined on %s: %d (last: %s)" % (param, entry["count"], entry["last_reason"]))
+    if w4a8 and any(w4a8.get(key) for key in ("npu_quant", "float_path")):
+        lines.append("  W4A8 calls: NPU INT8 %s, on-device float path %s" % (
+            w4a8.get("npu_quant", 0), w4a8.get("float_path", 0)))
+    if int_mm and int_mm.get("registered"):
+        lines.append("  torch._int_mm on the NPU: served by the shim (%s calls)" % int_mm.get("calls", 0))
+    elif int_mm and int_mm.get("note"):
+        lines.append("  torch._int_mm on the NPU: %s" % int_mm["note"])
     return lines
 
 

@@ -7,7 +7,7 @@
 #        CUDA 13.0 build of torch for Python 3.13 on x86_64 (2.12.0+cu130, the
 #        users' own build): about 2.6 GB to download, 4.8 GB in its venv.
 # Each venv gets what the tests need (wrapt, pytest, hatchling, safetensors,
-# numpy) and the comfy-kitchen releases the INT8 tests use are downloaded once
+# numpy, mypy) and the comfy-kitchen releases the INT8 tests use are downloaded once
 # into .cache/ (per Python: they carry compiled extensions).
 #
 # ASCEND_SHIM_TEST_PYTHONS="3.11" runs the first suite alone. Extra arguments
@@ -55,7 +55,7 @@ prepare() {  # prepare 3.11: the venv and the downloads, before any test runs
         "$(find_python "$minor")" -m venv "$venv"
     fi
     "$venv/bin/python" -m pip install -q --disable-pip-version-check \
-        "$(torch_for "$minor")" "wrapt>=1.14" pytest hatchling editables safetensors numpy
+        "$(torch_for "$minor")" "wrapt>=1.14" pytest hatchling editables safetensors numpy mypy
     ASCEND_SHIM_TEST_CACHE="$PWD/$cache" "$venv/bin/python" - <<'PY'
 import sys
 sys.path.insert(0, "tests")
@@ -83,6 +83,14 @@ done
 
 results="$(mktemp)"
 failed=0
+# type-check the public surface ([tool.mypy] in pyproject.toml), once
+first="${PYTHONS%% *}"
+echo
+echo "== mypy on the public surface (Python $first)"
+if ! "$(venv_for "$first")/bin/python" -m mypy --no-error-summary; then
+    echo "mypy found type errors" >&2
+    failed=1
+fi
 for minor in $PYTHONS; do
     venv="$(venv_for "$minor")"
     log="$(mktemp)"

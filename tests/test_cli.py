@@ -160,7 +160,7 @@ def test_internal_error_is_one_line_and_exit_4(bed_python, tmp_path):
             "status_cmd.main = broken\nsys.exit(cli.main(['status']))\n")
     proc = harness.run([str(bed_python), "-c", code], harness.bed_env(machine=None), tmp_path)
     assert proc.returncode == 4 and no_traceback(proc)
-    assert proc.stderr.startswith("ascend_shim status failed: KeyError: 'boom' (this is a bug")
+    assert proc.stderr.startswith("ascend_shim: status failed: KeyError: 'boom' (this is a bug")
 
 
 def test_console_script_is_installed(no_torch_python, tmp_path):

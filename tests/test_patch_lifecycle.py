@@ -22,6 +22,7 @@ changes is checked by its own tests.
 """
 
 import json
+import re
 
 import pytest
 
@@ -31,6 +32,7 @@ from testbed.comfy_fakes import SHAPES
 
 NEWEST_SHAPE = "v0_30" if "v0_30" in SHAPES else "v0_29"
 KITCHEN = "0.2.26"
+BED_TORCH_NPU_VERSION = "2.12.0"  # the fake torch_npu's default __version__
 NO_NPU_BRANCH = "device-list-without-npu-branch"  # v0_29 whose get_all_torch_devices knows only CUDA
 
 # where the bed gives a patch what its guard needs (default: the newest shape on the 910B box)
@@ -104,7 +106,8 @@ def dependents(first):
     return found
 
 
-out = {"state": row()["state"], "reason": row()["reason"], "outside": outside_attributes()}
+out = {"state": row()["state"], "reason": row()["reason"], "version": row()["version"],
+       "outside": outside_attributes()}
 if phase == "baseline" or out["state"] != "applied":
     print(json.dumps(out))
     sys.exit(0)
@@ -242,6 +245,25 @@ def test_apply_then_remove_restores_the_originals(lifecycle, case):
     never_applied = lifecycle(patch, settings, "baseline", disable=patch.name)
     assert never_applied["state"] == "disabled"
     assert result["outside_removed"] == never_applied["outside"]
+
+
+def version_on_the_bed(patch, settings):
+    """The version of the package a patch targets, as the bed installs it."""
+    top = patch.target.partition(".")[0]
+    if top == "comfy_kitchen":
+        return KITCHEN
+    if top == "torch_npu":
+        return BED_TORCH_NPU_VERSION
+    shape = settings.get("shape", NEWEST_SHAPE)
+    source = (harness.COMFY_FAKES / ("v0_29" if shape == NO_NPU_BRANCH else shape) / "comfyui_version.py")
+    return re.search(r'__version__ = "([^"]+)"', source.read_text()).group(1)
+
+
+@pytest.mark.parametrize("case", cases(), ids=case_id)
+def test_status_names_the_version_it_patched(lifecycle, case):
+    patch, settings = case
+    result = applied(lifecycle, patch, settings, "remove")
+    assert result["version"] == version_on_the_bed(patch, settings)
 
 
 @pytest.mark.parametrize("case", cases(), ids=case_id)

@@ -10,6 +10,7 @@ value back where it finds none.
 
 import os
 
+from ascend_shim import versions
 from ascend_shim.patching import Patch
 
 VARIABLE = "PYTORCH_NPU_ALLOC_CONF"
@@ -69,4 +70,5 @@ PATCH = Patch(
     summary="PYTORCH_NPU_ALLOC_CONF=expandable_segments:True unless set",
     guard=guard,
     apply=apply,
+    version=versions.comfyui,
 )

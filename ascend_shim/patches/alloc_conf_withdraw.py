@@ -9,6 +9,7 @@ is never touched: ``alloc_conf`` did not apply then, and neither does this).
 import os
 
 from ascend_shim._npu import npu_reason
+from ascend_shim import versions
 from ascend_shim.patching import Patch
 from ascend_shim.patches.alloc_conf import ENVIRONMENT, VALUE, VARIABLE
 
@@ -41,4 +42,5 @@ PATCH = Patch(
     guard=guard,
     apply=apply,
     remove=remove,
+    version=versions.torch_npu,
 )

@@ -2,7 +2,7 @@
 
 import logging
 
-from ascend_shim import _records
+from ascend_shim import _records, versions
 from ascend_shim.patching import Patch
 from ascend_shim.patches._guards import why_npu_not_chosen
 
@@ -33,4 +33,5 @@ PATCH = Patch(
     summary="log one line naming the NPU and the applied patches",
     guard=why_npu_not_chosen,
     apply=apply,
+    version=versions.comfyui,
 )

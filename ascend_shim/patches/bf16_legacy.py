@@ -8,6 +8,7 @@ DirectML, MPS and ``--cpu``; the wrapper answers only the question the
 original would have sent to CUDA.
 """
 
+from ascend_shim import versions
 from ascend_shim.patching import Patch, argument
 from ascend_shim.patches._guards import device_type, handles_npu, npu_chosen, why_npu_not_chosen
 from ascend_shim.patches._wraps import wrap_function
@@ -50,4 +51,5 @@ PATCH = Patch(
     summary="should_use_bf16() is True on the NPU (ComfyUI before v0.3.15)",
     guard=guard,
     apply=apply,
+    version=versions.comfyui,
 )

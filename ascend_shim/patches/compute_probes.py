@@ -8,6 +8,7 @@ CUDA-build torch they reach ``torch.cuda.get_device_properties`` and raise
 answers True for it before any CUDA query.
 """
 
+from ascend_shim import versions
 from ascend_shim.patching import Patch
 from ascend_shim.patches._guards import npu_and_attribute, probed_device_type
 from ascend_shim.patches._wraps import wrap_function
@@ -41,4 +42,5 @@ PATCH = Patch(
     summary="fp8/nvfp4/mxfp8 probes are False off CUDA instead of raising",
     guard=npu_and_attribute(*PROBES),
     apply=apply,
+    version=versions.comfyui,
 )

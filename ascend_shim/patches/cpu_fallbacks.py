@@ -2,6 +2,7 @@
 
 import warnings
 
+from ascend_shim import versions
 from ascend_shim.patching import Patch
 from ascend_shim.patches._wraps import wrap_function
 
@@ -28,4 +29,5 @@ PATCH = Patch(
     summary="record ops that torch_npu runs on the CPU (status, console)",
     guard=guard,
     apply=apply,
+    version=versions.torch_npu,
 )

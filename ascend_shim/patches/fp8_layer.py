@@ -10,7 +10,7 @@ never went through ``convert_old_quants`` is covered too.
 
 import importlib
 
-from ascend_shim import fp8_policy
+from ascend_shim import fp8_policy, versions
 from ascend_shim.patching import Patch
 from ascend_shim.patches import fp8_state_dict
 from ascend_shim.patches._wraps import wrap_function
@@ -71,4 +71,5 @@ PATCH = Patch(
     summary="mixed-precision Linear layers decode float8 weights on the host for an NPU without float8",
     guard=guard,
     apply=apply,
+    version=versions.comfyui,
 )

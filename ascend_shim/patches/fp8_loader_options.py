@@ -8,7 +8,7 @@ the option is dropped for that call, so ComfyUI picks the weight dtype itself
 
 import importlib
 
-from ascend_shim import fp8_policy
+from ascend_shim import fp8_policy, versions
 from ascend_shim.patching import Patch, argument
 from ascend_shim.patches._guards import device_type
 from ascend_shim.patches._wraps import wrap_function
@@ -62,4 +62,5 @@ PATCH = Patch(
     summary="a float8 weight_dtype load option is dropped on an NPU without float8",
     guard=guard,
     apply=apply,
+    version=versions.comfyui,
 )

@@ -11,7 +11,7 @@ Torch is imported on the first call, not with the patch.
 
 import importlib
 
-from ascend_shim import fp8_policy
+from ascend_shim import fp8_policy, versions
 from ascend_shim.patching import Patch, argument
 from ascend_shim.patches._wraps import wrap_function
 
@@ -65,4 +65,5 @@ PATCH = Patch(
     summary="fp8 checkpoints are decoded on the host (bf16 or int8) for an NPU without float8",
     guard=guard,
     apply=apply,
+    version=versions.comfyui,
 )

@@ -6,6 +6,7 @@ tuning. Each constant is reset only where it exists, and never against an
 explicit user flag (``--pin-shared-memory``, ``--async-offload``).
 """
 
+from ascend_shim import versions
 from ascend_shim.patching import Patch
 from ascend_shim.patches._guards import npu_and_attribute
 
@@ -50,4 +51,5 @@ PATCH = Patch(
     summary="reset pinned memory, streams and NVIDIA tuning computed at import",
     guard=npu_and_attribute(*CONSTANTS),
     apply=apply,
+    version=versions.comfyui,
 )

@@ -8,6 +8,7 @@ dequantizes the weights on the device. Decided per call, so it follows the
 registry if the backend is removed later.
 """
 
+from ascend_shim import versions
 from ascend_shim.patching import Patch, argument
 from ascend_shim.patches._guards import device_type, npu_and_attribute
 from ascend_shim.patches._wraps import wrap_function
@@ -34,4 +35,5 @@ PATCH = Patch(
     summary="supports_int8_compute() is True on the NPU only with an NPU INT8 kernel",
     guard=npu_and_attribute("supports_int8_compute"),
     apply=apply,
+    version=versions.comfyui,
 )

@@ -6,7 +6,7 @@ fallback. The patch registers the shim's exact on-device kernel for the NPU's
 dispatch key when torch_npu loads, unless torch_npu has its own.
 """
 
-from ascend_shim import _config
+from ascend_shim import _config, versions
 from ascend_shim.patching import Patch
 
 
@@ -42,4 +42,5 @@ PATCH = Patch(
     guard=guard,
     apply=apply,
     remove=remove,
+    version=versions.torch_npu,
 )

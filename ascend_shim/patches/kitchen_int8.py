@@ -5,7 +5,7 @@ comfy-kitchen's registry when comfy_kitchen loads (with or without ComfyUI)
 and orders them per ``ASCEND_SHIM_INT8``. Eager is never edited.
 """
 
-from ascend_shim import _config
+from ascend_shim import _config, versions
 from ascend_shim.patching import Patch
 
 
@@ -25,10 +25,6 @@ def apply(changes, ck):
     changes.note(registration.install(ck))
 
 
-def version(ck):
-    return getattr(ck, "__version__", None)
-
-
 def remove(ck):
     from ascend_shim.kitchen import registration
 
@@ -42,5 +38,5 @@ PATCH = Patch(
     guard=guard,
     apply=apply,
     remove=remove,
-    version=version,
+    version=versions.comfy_kitchen,
 )

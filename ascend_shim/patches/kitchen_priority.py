@@ -1,5 +1,6 @@
 """Keep the shim's backend order after ``comfy.quant_ops`` reconfigures comfy-kitchen."""
 
+from ascend_shim import versions
 from ascend_shim.patching import Patch
 
 
@@ -16,4 +17,5 @@ PATCH = Patch(
     after=("kitchen_int8",),
     summary="re-assert the INT8 backend order after ComfyUI sets up comfy-kitchen",
     apply=apply,
+    version=versions.comfyui,
 )

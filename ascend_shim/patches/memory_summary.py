@@ -5,6 +5,7 @@ driver ``torch.cuda.memory_summary()`` raises and hides the real OOM. Where
 ComfyUI's flags chose another device, the original answers.
 """
 
+from ascend_shim import versions
 from ascend_shim.patching import Patch
 from ascend_shim.patches._guards import npu_and_attribute, npu_chosen
 from ascend_shim.patches._wraps import wrap_function
@@ -31,4 +32,5 @@ PATCH = Patch(
     summary="debug_memory_summary() shows NPU memory in the OOM handler",
     guard=npu_and_attribute("debug_memory_summary"),
     apply=apply,
+    version=versions.comfyui,
 )

@@ -13,7 +13,7 @@ ComfyUI running on another device (``--cpu``...) is left alone.
 
 import importlib
 
-from ascend_shim import _config
+from ascend_shim import _config, versions
 from ascend_shim.patching import Patch, argument
 from ascend_shim.patches._guards import why_npu_not_chosen
 from ascend_shim.patches._wraps import wrap_function
@@ -79,4 +79,5 @@ PATCH = Patch(
     summary="safetensors are read into RAM, not left file-mapped, on the NPU",
     guard=guard,
     apply=apply,
+    version=versions.comfyui,
 )

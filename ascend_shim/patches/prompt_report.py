@@ -2,6 +2,7 @@
 
 import logging
 
+from ascend_shim import versions
 from ascend_shim.patching import Patch
 from ascend_shim.patches._wraps import wrap_function
 
@@ -38,4 +39,5 @@ PATCH = Patch(
     summary="log new CPU fallbacks once a prompt has executed",
     guard=guard,
     apply=apply,
+    version=versions.comfyui,
 )

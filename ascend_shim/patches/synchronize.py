@@ -4,6 +4,7 @@ Only while ComfyUI computes on the NPU; under ``--cpu`` the original returns
 at once, as upstream.
 """
 
+from ascend_shim import versions
 from ascend_shim.patching import Patch
 from ascend_shim.patches._guards import npu_and_attribute, npu_chosen
 from ascend_shim.patches._wraps import wrap_function
@@ -28,4 +29,5 @@ PATCH = Patch(
     summary="synchronize() waits for the NPU",
     guard=npu_and_attribute("synchronize"),
     apply=apply,
+    version=versions.comfyui,
 )

@@ -71,6 +71,8 @@ def activate(kind: str) -> str:
             _patch_cuda_no_driver(torch)
         elif kind == "nvidia":
             _patch_cuda_working(torch)
+        elif torch.version.cuda:  # a cpu kind on a CUDA build: make it look like the CPU build
+            _patch_cpu_build(torch)
         if kind.startswith("ascend-"):
             if FAKE_TORCH_NPU_DIR not in sys.path:
                 sys.path.append(FAKE_TORCH_NPU_DIR)
@@ -158,6 +160,51 @@ def _patch_common(torch):
     torch.backends.cuda.is_built = lambda: True
     torch.backends.cudnn.version = lambda: CUDNN_VERSION
     torch.backends.cudnn.is_available = lambda: True
+
+
+# --------------------------------------------------------------------------- CPU build
+
+
+NOT_COMPILED_MESSAGE = "Torch not compiled with CUDA enabled"
+
+
+def _patch_cpu_build(torch):
+    """What a CPU build of torch answers, on a CUDA build (the only torch for some Pythons).
+
+    Without a driver the CUDA build already says ``is_available() == False``;
+    what differs is the build's own report and the error of every CUDA call:
+    the CPU build raises AssertionError("Torch not compiled with CUDA enabled")
+    where the driverless CUDA build raises RuntimeError("Found no NVIDIA driver").
+    """
+    torch.version.cuda = None
+    torch.backends.cuda.is_built = lambda: False
+    torch.backends.cudnn.version = lambda: None
+    torch.backends.cudnn.is_available = lambda: False
+
+    def not_compiled(*args, **kwargs):
+        raise AssertionError(NOT_COMPILED_MESSAGE)
+
+    for name in (
+        "get_device_properties",
+        "current_device",
+        "set_device",
+        "mem_get_info",
+        "synchronize",
+        "get_device_name",
+        "get_device_capability",
+        "cudart",
+        "init",
+        "_lazy_init",
+        "current_stream",
+        "default_stream",
+        "set_stream",
+    ):
+        # not logged: on the CPU build these are torch's own, and cuda_calls()
+        # lists only what the driverless CUDA build raised
+        setattr(torch.cuda, name, not_compiled)
+        mem = getattr(torch.cuda, "memory", None)
+        if mem is not None and hasattr(mem, name):
+            setattr(mem, name, not_compiled)
 
 
 # --------------------------------------------------------------------------- cu130, no driver

@@ -35,37 +35,24 @@ def _testbed_boot():
 
 
 def _testbed_chain():
-    # The frozen importlib modules are loaded already: chaining imports nothing new.
+    # the project's own chaining (ascend_shim/_sitecustomize_chain.py), loaded
+    # by path: the shim need not be importable here. The frozen importlib
+    # modules are loaded already, so this imports nothing new.
     import _frozen_importlib
     import _frozen_importlib_external
 
-    here = os.path.realpath(os.path.dirname(os.path.abspath(__file__)))
-    resolved = [os.path.realpath(os.path.abspath(entry or os.getcwd())) for entry in sys.path]
-    # Only look further down sys.path: chaining backwards could loop.
-    start = resolved.index(here) + 1 if here in resolved else 0
-    rest = [sys.path[i] for i in range(start, len(sys.path)) if resolved[i] != here]
-    spec = _frozen_importlib_external.PathFinder.find_spec("sitecustomize", rest)
-    if spec is None or spec.loader is None:
-        return
-    if spec.origin and os.path.realpath(spec.origin) == os.path.realpath(os.path.abspath(__file__)):
-        return
-    module = _frozen_importlib.module_from_spec(spec)
-    previous = sys.modules.get("sitecustomize")
-    sys.modules["sitecustomize"] = module  # the module runs under its own name
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+    path = os.path.join(root, "ascend_shim", "_sitecustomize_chain.py")
+    spec = _frozen_importlib_external.spec_from_file_location("_testbed_sitecustomize_chain", path)
+    chain = _frozen_importlib.module_from_spec(spec)
+    spec.loader.exec_module(chain)
     try:
-        spec.loader.exec_module(module)
+        chain.run_next(__file__)
     except Exception:
         import traceback
 
-        sys.stderr.write("testbed boot: the next sitecustomize (%s) failed:\n" % (spec.origin,))
+        sys.stderr.write("testbed boot: the next sitecustomize failed:\n")
         traceback.print_exc()
-    finally:
-        # Imported by site.py: the chained module takes our place.  Exec'd by
-        # another sitecustomize's chain: leave that one registered.
-        mine = os.path.realpath(os.path.abspath(__file__))
-        prev_file = getattr(previous, "__file__", None)
-        if previous is not None and prev_file and os.path.realpath(prev_file) != mine:
-            sys.modules["sitecustomize"] = previous
 
 
 _testbed_boot()

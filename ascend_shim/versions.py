@@ -1,0 +1,73 @@
+"""What version of each patched package is running: the probes ``status`` shows.
+
+Every probe takes the module a patch targets and returns a version string or
+None; none imports anything or raises. ComfyUI is not a distribution: its
+version is the ``__version__`` of ``comfyui_version.py`` beside ``comfy/``,
+read as text so that status never runs ComfyUI code.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from typing import Any, Optional
+
+_VERSION_LINE = re.compile(r"""^__version__\s*=\s*['"]([^'"]+)['"]""", re.MULTILINE)
+
+
+def distribution(name: str) -> Optional[str]:
+    """The installed version of distribution ``name``, or None."""
+    try:
+        from importlib import metadata
+
+        return metadata.version(name)
+    except Exception:
+        return None
+
+
+def in_file(path: str) -> Optional[str]:
+    """The ``__version__ = "..."`` assigned in the Python file at ``path``, or None."""
+    try:
+        with open(path, encoding="utf-8", errors="replace") as handle:
+            match = _VERSION_LINE.search(handle.read())
+    except OSError:
+        return None
+    return match.group(1) if match else None
+
+
+def comfyui_root(module: Any) -> Optional[str]:
+    """The ComfyUI folder (the one holding ``comfy/``) that ``module`` came from."""
+    name = getattr(module, "__name__", "") or ""
+    if name.partition(".")[0] != "comfy":  # execution, main: they sit in the root
+        origin = getattr(module, "__file__", None)
+        return os.path.dirname(os.path.abspath(origin)) if origin else None
+    # the folder of a package stands for its whole dotted name, a module's
+    # folder for its parent's; comfy itself is a namespace package upstream
+    # (no __file__), so packages are placed by __path__
+    if hasattr(module, "__path__"):
+        folders = list(module.__path__)
+        steps = name.count(".") + 1
+    else:
+        origin = getattr(module, "__file__", None)
+        folders = [os.path.dirname(os.path.abspath(origin))] if origin else []
+        steps = name.count(".")
+    if not folders:
+        return None
+    folder = os.path.abspath(folders[0])
+    for _ in range(steps):
+        folder = os.path.dirname(folder)
+    return folder
+
+
+def comfyui(module: Any) -> Optional[str]:
+    """ComfyUI's version, for a patch on any ``comfy.*`` module or ``execution``."""
+    root = comfyui_root(module)
+    return in_file(os.path.join(root, "comfyui_version.py")) if root else None
+
+
+def comfy_kitchen(module: Any) -> Optional[str]:
+    return getattr(module, "__version__", None) or distribution("comfy-kitchen")
+
+
+def torch_npu(module: Any) -> Optional[str]:
+    return getattr(module, "__version__", None) or distribution("torch-npu")
