@@ -1,12 +1,11 @@
 """Configuration from the environment, read once, strictly.
 
-Stdlib only (``os``/``sys``): this runs at interpreter start. An unrecognised
+Stdlib only (``os``): this runs at interpreter start. An unrecognised
 value never breaks startup: it gets one warning naming the variable, the
 accepted values and the default that is used instead.
 """
 
 import os
-import sys
 
 from ascend_shim import OFF_VALUES
 

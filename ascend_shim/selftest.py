@@ -39,7 +39,7 @@ import json
 import platform
 import warnings
 
-from ascend_shim import versions
+from ascend_shim.versions import distribution
 
 PASSED = 0
 FAILED = 1
@@ -823,7 +823,7 @@ def versions(torch, torch_npu, device):
     return {"device": torch.npu.get_device_name(device.index), "torch": torch.__version__,
             "torch_npu": torch_npu.__version__, "cann": cann, "python": platform.python_version(),
             "ascend_shim": ascend_shim.__version__,
-            "comfy_kitchen": versions.distribution("comfy-kitchen")}
+            "comfy_kitchen": distribution("comfy-kitchen")}
 
 
 def guarded(name, checks):

@@ -156,7 +156,7 @@ def _engine_status(ascend_shim):
         return ascend_shim.status()
     except Exception as exc:
         return {"shim": {"status_error": "%s: %s" % (type(exc).__name__, exc)}, "patches": [],
-                "int8": {"decision": "unknown"}, "cpu_fallbacks": []}
+                "int8": {"decision": "unknown"}, "w4a8": None, "int_mm": None, "cpu_fallbacks": []}
 
 
 def headline(data):
@@ -187,12 +187,18 @@ def next_step(data):
                 "ComfyUI with PYTHONPATH=<checkout root>; then run `python -m ascend_shim doctor`")
     if not machine["npu"]:
         return ("nothing to do on this machine; `python -m ascend_shim doctor` shows the details")
-    if not imports["asked"] and not any(row.get("state") == "applied" for row in data.get("patches", ())):
+    if not imports["asked"] and not _comfyui_patched(data.get("patches", ())):
         return ("inside the ComfyUI folder run `%s` to see what the shim does to it, "
                 "or `python -m ascend_shim doctor`" % NEXT_IMPORT)
     if _failed(imports):
         return "fix the import error above (`python -m ascend_shim doctor` checks the setup)"
     return "start ComfyUI as usual; `python -m ascend_shim selftest` checks INT8 on the NPU"
+
+
+def _comfyui_patched(rows):
+    """Whether ComfyUI itself was imported and patched in this process."""
+    return any(row.get("state") == "applied" and row.get("target", "").partition(".")[0] == "comfy"
+               for row in rows)
 
 
 def _version():

@@ -166,6 +166,12 @@ def _patch_common(torch):
 
 
 NOT_COMPILED_MESSAGE = "Torch not compiled with CUDA enabled"
+# torch.cuda calls that raise without a usable CUDA device, on either build
+CALLS_NEEDING_A_DEVICE = (
+    "get_device_properties", "current_device", "set_device", "mem_get_info", "synchronize",
+    "get_device_name", "get_device_capability", "cudart", "init", "_lazy_init",
+    "current_stream", "default_stream", "set_stream",
+)
 
 
 def _patch_cpu_build(torch):
@@ -181,30 +187,23 @@ def _patch_cpu_build(torch):
     torch.backends.cudnn.version = lambda: None
     torch.backends.cudnn.is_available = lambda: False
 
-    def not_compiled(*args, **kwargs):
-        raise AssertionError(NOT_COMPILED_MESSAGE)
+    def not_compiled(name):
+        # one function per name: torch._dynamo's trace rules refuse one object
+        # under two torch.cuda names
+        def call(*args, **kwargs):
+            raise AssertionError(NOT_COMPILED_MESSAGE)
 
-    for name in (
-        "get_device_properties",
-        "current_device",
-        "set_device",
-        "mem_get_info",
-        "synchronize",
-        "get_device_name",
-        "get_device_capability",
-        "cudart",
-        "init",
-        "_lazy_init",
-        "current_stream",
-        "default_stream",
-        "set_stream",
-    ):
+        call.__name__ = call.__qualname__ = name
+        return call
+
+    for name in CALLS_NEEDING_A_DEVICE:
         # not logged: on the CPU build these are torch's own, and cuda_calls()
         # lists only what the driverless CUDA build raised
-        setattr(torch.cuda, name, not_compiled)
+        fn = not_compiled(name)
+        setattr(torch.cuda, name, fn)
         mem = getattr(torch.cuda, "memory", None)
         if mem is not None and hasattr(mem, name):
-            setattr(mem, name, not_compiled)
+            setattr(mem, name, fn)
 
 
 # --------------------------------------------------------------------------- cu130, no driver
@@ -216,21 +215,8 @@ def _patch_cuda_no_driver(torch):
     def no_driver(*args, **kwargs):
         raise RuntimeError(NO_DRIVER_MESSAGE)
 
-    for name in (
-        "get_device_properties",
-        "current_device",
-        "set_device",
-        "mem_get_info",
-        "synchronize",
-        "get_device_name",
-        "get_device_capability",
-        "cudart",
-        "init",
-        "_lazy_init",
+    for name in CALLS_NEEDING_A_DEVICE + (
         "ipc_collect",
-        "current_stream",
-        "default_stream",
-        "set_stream",
         "get_rng_state",
         "set_rng_state",
         "reset_peak_memory_stats",

@@ -419,7 +419,7 @@ class Bed:
         script.write_text(PRELUDE % {"shape": str(shape_dir)} + textwrap.dedent(body) + "\nprint(json.dumps(R))\n")
         path = [str(TESTS), str(shape_dir), str(ck)]
         extra = {}
-        if box != "cpu":
+        if box != "cpu" or self.real_boot:  # the boot's cpu kind: a CPU build even on a CUDA torch
             path[:0] = self.ascend_path
             extra["ASCEND_TESTBED"] = box
         env = scrubbed_env(PYTHONPATH=os.pathsep.join(path), ASCEND_SHIM="0", **extra)
