@@ -8,6 +8,28 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import harness  # noqa: E402
 
+_session = {"config": None, "files": set()}
+
+
+def pytest_configure(config):
+    _session["config"] = config
+
+
+def pytest_runtest_logstart(nodeid, location):
+    """Under pytest-xdist (tests/run.sh), name each test file as it starts:
+    the workers' dots alone do not say which group is running."""
+    config = _session["config"]
+    if config is None or not config.pluginmanager.has_plugin("dsession"):
+        return  # plain pytest prints the file names itself
+    path = nodeid.split("::", 1)[0]
+    if path not in _session["files"]:
+        _session["files"].add(path)
+        reporter = config.pluginmanager.get_plugin("terminalreporter")
+        if reporter is not None:
+            if getattr(getattr(reporter, "_tw", None), "width_of_current_line", 0):
+                reporter.write("\n")  # after a run of dots
+            reporter.write_line("started %s" % path)
+
 
 @pytest.fixture(scope="session")
 def shim_wheel(tmp_path_factory):

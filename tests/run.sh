@@ -7,15 +7,20 @@
 #        CUDA 13.0 build of torch for Python 3.13 on x86_64 (2.12.0+cu130, the
 #        users' own build): about 2.6 GB to download, 4.8 GB in its venv.
 # Each venv gets what the tests need (wrapt, pytest, hatchling, safetensors,
-# numpy, mypy) and the comfy-kitchen releases the INT8 tests use are downloaded once
+# numpy, mypy, pytest-xdist) and the comfy-kitchen releases the INT8 tests use are downloaded once
 # into .cache/ (per Python: they carry compiled extensions).
 #
-# ASCEND_SHIM_TEST_PYTHONS="3.11" runs the first suite alone. Extra arguments
-# go to every pytest run. pytest prints each test file's name as it runs it.
+# ASCEND_SHIM_TEST_PYTHONS="3.11" runs the first suite alone;
+# ASCEND_SHIM_TEST_WORKERS sets the number of pytest workers (default 2).
+# Extra arguments go to every pytest run. Each test file's name is printed as
+# it starts (tests/conftest.py).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
 PYTHONS="${ASCEND_SHIM_TEST_PYTHONS:-3.11 3.13}"
+# pytest-xdist workers, one test file each at a time; most tests wait on a
+# child interpreter, so two are about twice as fast on two cores
+WORKERS="${ASCEND_SHIM_TEST_WORKERS:-2}"
 
 find_python() {  # find_python 3.11
     local root="${PYENV_ROOT:-$HOME/.pyenv}" candidate
@@ -55,7 +60,7 @@ prepare() {  # prepare 3.11: the venv and the downloads, before any test runs
         "$(find_python "$minor")" -m venv "$venv"
     fi
     "$venv/bin/python" -m pip install -q --disable-pip-version-check \
-        "$(torch_for "$minor")" "wrapt>=1.14" pytest hatchling editables safetensors numpy mypy
+        "$(torch_for "$minor")" "wrapt>=1.14" pytest pytest-xdist hatchling editables safetensors numpy mypy
     ASCEND_SHIM_TEST_CACHE="$PWD/$cache" "$venv/bin/python" - <<'PY'
 import sys
 sys.path.insert(0, "tests")
@@ -99,7 +104,8 @@ for minor in $PYTHONS; do
     set +e
     # shellcheck disable=SC2046
     PYTHONUNBUFFERED=1 ASCEND_SHIM_TEST_CACHE="$PWD/$(cache_for "$minor")" \
-        "$venv/bin/python" -m pytest $(suite_args "$minor") -p no:cacheprovider "$@" | tee "$log"
+        "$venv/bin/python" -m pytest $(suite_args "$minor") -p no:cacheprovider \
+            -n "$WORKERS" --dist loadfile "$@" | tee "$log"
     status=${PIPESTATUS[0]}
     set -e
     if [ "$status" -eq 5 ]; then
