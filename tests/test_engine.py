@@ -224,6 +224,9 @@ def test_wrapped_functions_copy_as_themselves(wrapped_target):
     assert options["callback"] is mod.f and options["nested"][0]() == 3
 
 
+# fork, so the child has the throwaway module; the child runs only mod.f, so the
+# warning about forking a multi-threaded process (pytest-xdist's) does not apply
+@pytest.mark.filterwarnings("ignore:This process .* is multi-threaded:DeprecationWarning")
 def test_wrapped_functions_reach_a_process_pool(wrapped_target):
     mod, _ = wrapped_target
     with ProcessPoolExecutor(1, mp_context=__import__("multiprocessing").get_context("fork")) as pool:
