@@ -201,7 +201,7 @@ class Int8Backend:
         flat = len(shape) != 2  # the op takes 2-D activations; reshape only when needed
         out = int8_math.npu_quant_linear(
             x.reshape(-1, shape[-1]) if flat else x, weight,
-            int8_math.flat_weight_scale(call.weight_scale), call.bias, call.dtype, self.ops)
+            call.weight_scale, call.bias, call.dtype, self.ops)
         if flat:
             out = out.reshape(*shape[:-1], weight.shape[0])
         return int8_math.apply_residual(out, call.residual, call.residual_scale)
