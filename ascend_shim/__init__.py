@@ -15,7 +15,7 @@ import sys
 HOOKED_PACKAGES = frozenset(("comfy", "comfy_kitchen"))
 # ... and these modules alone (not their submodules)
 HOOKED_MODULES = frozenset(("torch_npu", "execution"))
-OFF_VALUES = ("0", "false", "off", "no")
+OFF_VALUES = ("0", "false", "off", "no", "n", "disable", "disabled")
 
 _resolving: set = set()  # (thread id, name) while the other finders are asked
 _loaders: list = []  # [HookedLoader, LegacyHookedLoader], made on first use

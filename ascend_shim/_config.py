@@ -9,7 +9,7 @@ import os
 
 from ascend_shim import OFF_VALUES
 
-_TRUE = ("1", "true", "on", "yes")
+_TRUE = ("1", "true", "on", "yes", "y", "enable", "enabled")
 _FALSE = OFF_VALUES
 
 # name -> (accepted values shown to the user, default)

@@ -9,6 +9,7 @@ Exit status, the same for every command:
      printing the host-side timings it could take)
   4  the command itself failed: a bug in the shim, reported in one line
      (set ASCEND_SHIM_DEBUG=1 for the traceback)
+  130 interrupted (Ctrl-C)
 """
 
 import argparse
@@ -71,12 +72,25 @@ def cmd_bench(options: argparse.Namespace) -> int:
     return bench.main(options)
 
 
+def _shim_version() -> str:
+    import ascend_shim
+
+    return ascend_shim.__version__
+
+
+def _program() -> str:
+    """How the user called us: the console script or ``python -m ascend_shim``."""
+    name = os.path.basename(sys.argv[0]) if sys.argv and sys.argv[0] else ""
+    return name if name == "ascend-shim" else "python -m ascend_shim"
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="python -m ascend_shim",
+        prog=_program(),
         description="ComfyUI on Ascend NPUs: status and diagnostics",
         epilog="exit status: 0 ok, 1 problem found / check failed, 2 bad command line, "
-               "3 no NPU for a command that needs one, 4 internal error")
+               "3 no NPU for a command that needs one, 4 internal error, 130 interrupted")
+    parser.add_argument("--version", action="version", version="ascend_shim %s" % _shim_version())
     sub = parser.add_subparsers(dest="command")
     status = sub.add_parser("status", help="is the shim installed, and what does it patch here")
     status.add_argument("--json", action="store_true", help="everything, machine-readable")
@@ -112,7 +126,22 @@ def _quiet_broken_pipe() -> None:
         pass
 
 
+def _usable_stdout() -> None:
+    """A report must not die on its own output: a closed stdout (``>&-``) or
+    one whose encoding cannot show a path or version string (``PYTHONIOENCODING=ascii``)."""
+    if sys.stdout is None:
+        sys.stdout = open(os.devnull, "w")
+        return
+    reconfigure = getattr(sys.stdout, "reconfigure", None)
+    if reconfigure is not None:
+        try:
+            reconfigure(errors="backslashreplace")
+        except Exception:
+            pass
+
+
 def main(argv: Optional[List[str]] = None) -> int:
+    _usable_stdout()
     parser = build_parser()
     options = parser.parse_args(argv)  # exits 2 with a usage message on bad input
     if not getattr(options, "func", None):

@@ -11,6 +11,7 @@ import os
 import platform
 import re
 import sys
+import textwrap
 
 from ascend_shim import versions
 
@@ -139,14 +140,15 @@ def _comfyui(report, findings, directory):
     if not os.path.isfile(source):
         report["comfyui"] = None
         if directory:
-            findings.add(WARNING, "no ComfyUI in %s (it has no comfy/model_management.py)" % folder,
+            findings.add(PROBLEM, "no ComfyUI in %s (it has no comfy/model_management.py)" % folder,
                          "give --comfyui the folder that holds ComfyUI's main.py and comfy/")
         return
     version_file = os.path.join(folder, "comfyui_version.py")
     with open(source, encoding="utf-8", errors="replace") as handle:
         supports_ascend = "def is_ascend_npu" in handle.read()
     report["comfyui"] = {"path": folder, "supports_ascend": supports_ascend,
-                         "version": versions.in_file(version_file)}
+                         "version": versions.in_file(version_file),
+                         "cuda_malloc": os.path.isfile(os.path.join(folder, "cuda_malloc.py"))}
     if not supports_ascend and report["npu"]["available"]:
         findings.add(PROBLEM, "ComfyUI %s in %s predates Ascend support (v0.3.11): it cannot run on this "
                      "NPU, and the shim leaves it alone" % (report["comfyui"]["version"] or "", folder),
@@ -208,6 +210,12 @@ def _environment(report, findings, torch_info):
             "cudaMallocAsync" in env["PYTORCH_CUDA_ALLOC_CONF"]:
         findings.add(WARNING, "PYTORCH_CUDA_ALLOC_CONF asks for cudaMallocAsync (ComfyUI sets it for +cu torch)",
                      "start ComfyUI with --disable-cuda-malloc on the NPU")
+    elif report["npu"]["available"] and torch_info and torch_info.get("cuda_build") and \
+            report["comfyui"] and report["comfyui"].get("cuda_malloc"):
+        # ComfyUI's cuda_malloc.py sets it inside its own process, never in this shell
+        findings.add(INFO, "ComfyUI's cuda_malloc.py will set PYTORCH_CUDA_ALLOC_CONF="
+                     "backend:cudaMallocAsync for this CUDA-build torch; its effect on the NPU is "
+                     "unverified (--disable-cuda-malloc keeps it unset)")
     old_comfyui = report["comfyui"] and not report["comfyui"]["supports_ascend"]
     if torch_info and torch_info.get("cuda_build") and report["npu"]["available"] and not old_comfyui:
         if report["shim"]["active"]:
@@ -260,13 +268,20 @@ def _print(report, comfyui_dir=None):
     ]
     print("\n".join(lines))
     set_vars = {k: v for k, v in report["environment"].items() if v is not None}
-    print("environment " + (", ".join("%s=%s" % kv for kv in sorted(set_vars.items())) or "(none of the relevant variables set)"))
+    print(_wrapped("environment " + (", ".join("%s=%s" % kv for kv in sorted(set_vars.items()))
+                                     or "(none of the relevant variables set)"), 12))
     print()
     for finding in report["findings"]:
-        print("[%s] %s" % (finding["severity"], finding["what"]))
+        print(_wrapped("[%s] %s" % (finding["severity"], finding["what"]), 4))
         if finding["fix"]:
-            print("    fix: %s" % finding["fix"])
+            print(_wrapped("    fix: %s" % finding["fix"], 9))
     print("\n%s" % verdict(report))
+
+
+def _wrapped(text, indent, width=100):
+    """``text`` in lines of at most ``width`` (paths and commands are not broken)."""
+    return textwrap.fill(text, width, subsequent_indent=" " * indent,
+                         break_long_words=False, break_on_hyphens=False)
 
 
 def verdict(report):

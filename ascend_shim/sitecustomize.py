@@ -11,7 +11,15 @@ import os
 import sys
 
 
+def _shim_active():
+    # the .pth of an installed shim ran before any sitecustomize
+    return any(type(f).__module__ == "ascend_shim" and type(f).__name__ == "ImportHookFinder"
+               for f in sys.meta_path)
+
+
 def _warn():
+    if _shim_active():
+        return  # installed and active: this folder on PYTHONPATH changes nothing
     here = os.path.dirname(os.path.abspath(__file__))
     stream = sys.stderr  # a daemon may have none
     if stream is None:

@@ -9,9 +9,12 @@ Exit status: 0, or 1 when a module given to ``--import`` (or one it pulled
 in for the patches) fails to import.
 """
 
+import contextlib
 import importlib
+import io
 import json
 import sys
+import textwrap
 
 WIDTH = 100
 COLUMNS = ("name", "target", "state", "detail")
@@ -25,9 +28,13 @@ def _one_line(exc):
 
 
 def _import(name):
-    """None when ``name`` imports, else the error in one line."""
+    """None when ``name`` imports, else the error in one line.
+
+    What the module prints goes to stderr: stdout carries the report (--json).
+    """
     try:
-        importlib.import_module(name)
+        with contextlib.redirect_stdout(sys.stderr or io.StringIO()):
+            importlib.import_module(name)
     except KeyboardInterrupt:
         raise
     except BaseException as exc:  # SystemExit from a module's argparse counts too
@@ -129,8 +136,8 @@ def collect(imports_asked):
     ascend_shim.init()
     modules = _patch_modules()
     imports = import_all(imports_asked, modules, lambda: _engine_status(ascend_shim))
+    machine = hardware.see()  # imports torch_npu where it exists: its patches decide now
     data = _engine_status(ascend_shim)
-    machine = hardware.see()
     note = _alloc_note(machine)
     absent = {name for name, error in imports["followed"].items() if error == NOT_THERE}
     inactive = _why_inactive(startup, data.get("shim") or {})
@@ -187,11 +194,11 @@ def next_step(data):
                 "ComfyUI with PYTHONPATH=<checkout root>; then run `python -m ascend_shim doctor`")
     if not machine["npu"]:
         return ("nothing to do on this machine; `python -m ascend_shim doctor` shows the details")
-    if not imports["asked"] and not _comfyui_patched(data.get("patches", ())):
-        return ("inside the ComfyUI folder run `%s` to see what the shim does to it, "
-                "or `python -m ascend_shim doctor`" % NEXT_IMPORT)
     if _failed(imports):
         return "fix the import error above (`python -m ascend_shim doctor` checks the setup)"
+    if not _comfyui_patched(data.get("patches", ())):
+        return ("inside the ComfyUI folder run `%s` to see what the shim does to it, "
+                "or `python -m ascend_shim doctor`" % NEXT_IMPORT)
     return "start ComfyUI as usual; `python -m ascend_shim selftest` checks INT8 on the NPU"
 
 
@@ -220,12 +227,11 @@ def render(data, verbose):
         for row in rows:
             out.append("%s on %s: %s%s" % (row["name"], row["target"], row["state"],
                                           " (late)" if row.get("late") else ""))
-            out.append("    %s" % row.get("summary", ""))
-            if row["detail"]:
-                out.append("    %s" % row["detail"])
-            extra = ["%s=%s" % (k, row[k]) for k in ("in_place", "version") if row.get(k) is not None]
-            if extra:
-                out.append("    " + ", ".join(extra))
+            texts = [row.get("summary", ""), row["detail"],
+                     ", ".join("%s=%s" % (k, row[k]) for k in ("in_place", "version") if row.get(k) is not None)]
+            out.extend(textwrap.fill(text, WIDTH, initial_indent="    ", subsequent_indent="      ",
+                                     break_long_words=False, break_on_hyphens=False)
+                       for text in texts if text)
     else:
         out.append(table(rows))
     seen = versions_seen(rows)
@@ -235,7 +241,8 @@ def render(data, verbose):
     fallbacks = data.get("cpu_fallbacks") or []
     out.append("CPU fallbacks seen: %s" % (", ".join(fallbacks) if fallbacks else "none"))
     out.append("")
-    out.append("next: %s" % next_step(data))
+    out.append(textwrap.fill("next: %s" % next_step(data), WIDTH, subsequent_indent="      ",
+                             break_on_hyphens=False, break_long_words=False))
     return "\n".join(out)
 
 

@@ -27,6 +27,8 @@ def distribution(name: str) -> Optional[str]:
 
 def in_file(path: str) -> Optional[str]:
     """The ``__version__ = "..."`` assigned in the Python file at ``path``, or None."""
+    if not os.path.isfile(path):  # a FIFO or device would block the read
+        return None
     try:
         with open(path, encoding="utf-8", errors="replace") as handle:
             match = _VERSION_LINE.search(handle.read())

@@ -80,7 +80,13 @@ def test_status_on_the_npu_names_the_machine_and_the_next_step(bed_python, tmp_p
     proc = cli(bed_python, ["status"], tmp_path, harness.bed_env("ascend-cu130"))
     assert proc.returncode == 0
     assert "  machine      1 x Ascend910B3 (torch " in proc.stdout
-    assert "status --import comfy.model_management" in proc.stdout.splitlines()[-1]
+    next_step = " ".join(proc.stdout.split("\nnext: ")[-1].split())
+    assert "status --import comfy.model_management" in next_step
+    assert max(len(line) for line in proc.stdout.splitlines()) <= 100
+    rows = {line.split()[0]: line.split()[2] for line in proc.stdout.splitlines()
+            if line.split()[:2] and line.split()[1:2] == ["torch_npu"]}
+    # status imported torch_npu to see the machine: its patches decided, and the table says so
+    assert rows["int_mm"] == "applied" and rows["cpu_fallbacks"] == "applied", rows
 
 
 def test_status_import_brings_in_what_the_patches_wait_for(bed_python, tmp_path):
@@ -102,6 +108,7 @@ def test_status_import_brings_in_what_the_patches_wait_for(bed_python, tmp_path)
     assert max(len(line) for line in table.stdout.splitlines()) <= 100
     verbose = cli(bed_python, ["status", "-v", "--import", "comfy.model_management"], tmp_path, env)
     assert "is_nvidia on comfy.model_management: applied" in verbose.stdout
+    assert max(len(line) for line in verbose.stdout.splitlines()) <= 100
 
 
 def test_status_import_failure_exits_1(bed_python, tmp_path):
@@ -205,3 +212,38 @@ sys.exit(cli.main(["selftest"]))
     proc = harness.run([str(bed_python), "-c", code], env, tmp_path)
     assert proc.returncode == 1
     assert "[FAIL] int8_linear M=64 K=3840 N=3840" in proc.stdout
+
+
+def test_status_json_stays_json_when_an_imported_module_prints(bed_python, tmp_path):
+    (tmp_path / "chatty.py").write_text("print('hello from chatty')\n")
+    env = harness.bed_env("ascend-cu130", extra_path=[tmp_path])
+    proc = cli(bed_python, ["status", "--json", "--import", "chatty"], tmp_path, env)
+    assert proc.returncode == 0 and no_traceback(proc)
+    assert as_json(proc)["imports"]["asked"] == {"chatty": None}
+    assert "hello from chatty" in proc.stderr
+    # a module that is not ComfyUI: the next step still points at ComfyUI
+    text = cli(bed_python, ["status", "--import", "chatty"], tmp_path, env).stdout
+    assert "status --import comfy.model_management" in " ".join(text.split("\nnext: ")[-1].split())
+
+
+def test_closed_or_narrow_stdout_is_not_an_internal_error(bed_python, tmp_path):
+    comfy = tmp_path / "ComfyUI"
+    import shutil
+
+    shutil.copytree(harness.COMFY_FAKES / "v0_30", comfy)
+    (comfy / "comfyui_version.py").write_text('__version__ = "0.30.2-昇腾"\n', encoding="utf-8")
+    env = harness.bed_env("ascend-cu130", comfy=str(comfy), PYTHONIOENCODING="ascii")
+    narrow = cli(bed_python, ["doctor", "--comfyui", str(comfy)], tmp_path, env)
+    assert narrow.returncode == 0 and no_traceback(narrow), narrow.stderr
+    assert "0.30.2-\\u6607\\u817e" in narrow.stdout
+    code = "import sys, os; os.close(1); sys.stdout = None; from ascend_shim import cli; sys.exit(cli.main(%r))"
+    for args in (["status"], ["doctor", "--json"]):
+        closed = harness.run([str(bed_python), "-c", code % (args,)], harness.bed_env("ascend-cu130"), tmp_path)
+        assert closed.returncode == 0 and closed.stderr == "", (args, closed.stderr)
+
+
+def test_version_option(bed_python, tmp_path):
+    import ascend_shim
+
+    proc = cli(bed_python, ["--version"], tmp_path, harness.bed_env(machine=None))
+    assert proc.returncode == 0 and proc.stdout.strip() == "ascend_shim %s" % ascend_shim.__version__

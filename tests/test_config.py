@@ -12,8 +12,9 @@ def test_defaults():
 
 
 @pytest.mark.parametrize("value,enabled", [("0", False), ("false", False), (" OFF ", False), ("no", False),
+                                           ("n", False), ("Disable", False), ("disabled", False),
                                            ("1", True), ("true", True), ("on", True), ("YES", True),
-                                           ("", True)])
+                                           ("y", True), ("enabled", True), ("", True)])
 def test_switch(value, enabled):
     assert Config({"ASCEND_SHIM": value}).enabled is enabled
 

@@ -249,7 +249,10 @@ def test_the_text_report_can_be_pasted_upstream(bed_python, tmp_path):
             "bias=Tensor[56] torch.bfloat16 stride=(1,) offset=0 npu:0, "
             "output_dtype=torch.bfloat16)") in block
     assert "[PASS] %s" % M1 in out  # no bias: the defect does not touch it
-    assert "paste this whole output" in out
+    assert "paste this whole output" in " ".join(out.split())
+    # every line but the failing calls' own (pasted whole) fits in 100 columns
+    calls = [line for line in out.splitlines() if line.startswith("      torch_npu.")]
+    assert all(len(line) <= 100 for line in out.splitlines() if line not in calls)
 
 
 # --------------------------------------------------------------------------- the bounds, in-process

@@ -46,3 +46,11 @@ def test_packages_use_their_own_version_then_the_distribution():
     assert versions.torch_npu(types.SimpleNamespace(__version__="2.7.1.post2")) == "2.7.1.post2"
     assert versions.distribution("pytest")
     assert versions.distribution("no-such-distribution-here") is None
+
+
+def test_a_version_file_that_is_not_a_regular_file_is_not_read(tmp_path):
+    import os
+
+    (tmp_path / "comfy").mkdir()
+    os.mkfifo(tmp_path / "comfyui_version.py")  # reading it would block for ever
+    assert versions.comfyui(module("comfy", path=[tmp_path / "comfy"])) is None
