@@ -18,12 +18,12 @@ def _resolved(entry):
     return os.path.realpath(os.path.abspath(entry or os.getcwd()))
 
 
-def next_spec(caller_file):
-    """The spec of the first ``sitecustomize`` after the caller's folder, or None."""
+def _next_spec(mine):
+    """The spec of the first ``sitecustomize`` after the folder of ``mine`` (a
+    resolved path), or None."""
     # loaded already at startup: finding and loading import nothing new
     import _frozen_importlib_external
 
-    mine = os.path.realpath(os.path.abspath(caller_file))
     here = os.path.dirname(mine)
     resolved = [_resolved(entry) for entry in sys.path]
     if here not in resolved:
@@ -45,7 +45,8 @@ def run_next(caller_file):
     """
     import _frozen_importlib
 
-    spec = next_spec(caller_file)
+    mine = os.path.realpath(os.path.abspath(caller_file))
+    spec = _next_spec(mine)
     if spec is None:
         return None
     module = _frozen_importlib.module_from_spec(spec)
@@ -54,7 +55,6 @@ def run_next(caller_file):
     try:
         spec.loader.exec_module(module)
     finally:
-        mine = os.path.realpath(os.path.abspath(caller_file))
         previous_file = getattr(previous, "__file__", None)
         if previous is not None and previous_file and os.path.realpath(previous_file) != mine:
             sys.modules["sitecustomize"] = previous

@@ -17,7 +17,7 @@ import os
 import sys
 from typing import List, Optional
 
-from ascend_shim import _output
+from ascend_shim import __version__, _output
 
 OK, PROBLEM, USAGE, NO_NPU, INTERNAL = 0, 1, 2, 3, 4
 
@@ -72,12 +72,6 @@ def cmd_bench(options: argparse.Namespace) -> int:
     return bench.main(options)
 
 
-def _shim_version() -> str:
-    import ascend_shim
-
-    return ascend_shim.__version__
-
-
 def _program() -> str:
     """How the user called us: the console script or ``python -m ascend_shim``."""
     name = os.path.basename(sys.argv[0]) if sys.argv and sys.argv[0] else ""
@@ -90,7 +84,7 @@ def build_parser() -> argparse.ArgumentParser:
         description="ComfyUI on Ascend NPUs: status and diagnostics",
         epilog="exit status: 0 ok, 1 problem found / check failed, 2 bad command line, "
                "3 no NPU for a command that needs one, 4 internal error, 130 interrupted")
-    parser.add_argument("--version", action="version", version="ascend_shim %s" % _shim_version())
+    parser.add_argument("--version", action="version", version="ascend_shim %s" % __version__)
     sub = parser.add_subparsers(dest="command")
     status = sub.add_parser("status", help="is the shim installed, and what does it patch here")
     status.add_argument("--json", action="store_true", help="everything, machine-readable")

@@ -11,9 +11,9 @@ import os
 import platform
 import re
 import sys
-import textwrap
 
 from ascend_shim import versions
+from ascend_shim._text import fill
 
 ENV_VARS = (
     "ASCEND_SHIM", "ASCEND_SHIM_DISABLE", "ASCEND_SHIM_DEBUG", "ASCEND_SHIM_STRICT",
@@ -268,20 +268,14 @@ def _print(report, comfyui_dir=None):
     ]
     print("\n".join(lines))
     set_vars = {k: v for k, v in report["environment"].items() if v is not None}
-    print(_wrapped("environment " + (", ".join("%s=%s" % kv for kv in sorted(set_vars.items()))
+    print(fill("environment " + (", ".join("%s=%s" % kv for kv in sorted(set_vars.items()))
                                      or "(none of the relevant variables set)"), 12))
     print()
     for finding in report["findings"]:
-        print(_wrapped("[%s] %s" % (finding["severity"], finding["what"]), 4))
+        print(fill("[%s] %s" % (finding["severity"], finding["what"]), 4))
         if finding["fix"]:
-            print(_wrapped("    fix: %s" % finding["fix"], 9))
+            print(fill("    fix: %s" % finding["fix"], 9))
     print("\n%s" % verdict(report))
-
-
-def _wrapped(text, indent, width=100):
-    """``text`` in lines of at most ``width`` (paths and commands are not broken)."""
-    return textwrap.fill(text, width, subsequent_indent=" " * indent,
-                         break_long_words=False, break_on_hyphens=False)
 
 
 def verdict(report):

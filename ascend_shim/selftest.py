@@ -37,15 +37,14 @@ Exit status: 0 passed, 1 failed, 3 no NPU here.
 import dataclasses
 import json
 import platform
-import textwrap
 import warnings
 
+from ascend_shim._text import fill
 from ascend_shim.versions import distribution
 
 PASSED = 0
 FAILED = 1
 NO_NPU = 3
-WIDTH = 100  # of the text report's lines, apart from the failing calls (pasted whole)
 
 COSINE_MIN = 0.9999
 REL_MAE_MAX = 0.02
@@ -874,33 +873,29 @@ def check_lines(check):
     detail = ", ".join("%s=%s" % (k, ("%.6g" % v) if isinstance(v, float) else v)
                        for k, v in check.items()
                        if k not in ("name", "passed", "failures", "calls", "path"))
-    lines = [textwrap.fill("  [%s] %s  %s" % (status, check["name"], detail), WIDTH,
-                           subsequent_indent=" " * 9, break_long_words=False, break_on_hyphens=False)]
+    lines = [fill("  [%s] %s  %s" % (status, check["name"], detail), 9)]
     if not check["passed"]:
-        lines += [textwrap.fill("      %s" % failure, WIDTH, subsequent_indent=" " * 8,
-                                break_long_words=False, break_on_hyphens=False)
-                  for failure in check.get("failures", ())]
+        lines += [fill(failure, 8, first=" " * 6) for failure in check.get("failures", ())]
         lines += ["      %s" % call_text(call) for call in check.get("calls", ())]
     return lines
 
 
 def text_report(result):
     info = result["versions"]
-    lines = [textwrap.fill(
+    lines = [fill(
         "selftest on %s: torch %s, torch_npu %s, CANN %s, Python %s, ascend_shim %s, comfy-kitchen %s"
         % (info["device"], info["torch"], info["torch_npu"], info["cann"], info["python"],
-           info["ascend_shim"], info["comfy_kitchen"] or "not installed"), WIDTH, subsequent_indent="  ")]
+           info["ascend_shim"], info["comfy_kitchen"] or "not installed"), 2)]
     for check in result["checks"]:
         lines += check_lines(check)
     failed = [c["name"] for c in result["checks"] if not c["passed"]]
-    lines.append(textwrap.fill(
+    lines.append(fill(
         "thresholds: end to end cosine >= %s, relative MAE <= %.0f%%; device calls against float64 "
-        "on their own inputs (ratio <= 1 passes)" % (COSINE_MIN, REL_MAE_MAX * 100), WIDTH))
+        "on their own inputs (ratio <= 1 passes)" % (COSINE_MIN, REL_MAE_MAX * 100)))
     if failed:
-        lines.append(textwrap.fill(
+        lines.append(fill(
             "%d check(s) failed: %s. To report it, paste this whole output (or `python -m "
-            "ascend_shim selftest --json`) into a bug report." % (len(failed), "; ".join(failed)),
-            WIDTH, break_long_words=False, break_on_hyphens=False))
+            "ascend_shim selftest --json`) into a bug report." % (len(failed), "; ".join(failed))))
     return "\n".join(lines)
 
 

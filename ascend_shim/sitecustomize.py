@@ -12,9 +12,10 @@ import sys
 
 
 def _shim_active():
-    # the .pth of an installed shim ran before any sitecustomize
-    return any(type(f).__module__ == "ascend_shim" and type(f).__name__ == "ImportHookFinder"
-               for f in sys.meta_path)
+    # the .pth of an installed shim ran before any sitecustomize: the package
+    # is loaded then, and answers itself (nothing is imported from here)
+    installed = getattr(sys.modules.get("ascend_shim"), "finder_installed", None)
+    return installed is not None and installed()
 
 
 def _warn():

@@ -14,9 +14,10 @@ import importlib
 import io
 import json
 import sys
-import textwrap
 
-WIDTH = 100
+from ascend_shim import versions
+from ascend_shim._text import WIDTH, fill
+
 COLUMNS = ("name", "target", "state", "detail")
 NOT_THERE = "not in this version"
 NEXT_IMPORT = "python -m ascend_shim status --import comfy.model_management"
@@ -229,9 +230,7 @@ def render(data, verbose):
                                           " (late)" if row.get("late") else ""))
             texts = [row.get("summary", ""), row["detail"],
                      ", ".join("%s=%s" % (k, row[k]) for k in ("in_place", "version") if row.get(k) is not None)]
-            out.extend(textwrap.fill(text, WIDTH, initial_indent="    ", subsequent_indent="      ",
-                                     break_long_words=False, break_on_hyphens=False)
-                       for text in texts if text)
+            out.extend(fill(text, 6, first="    ") for text in texts if text)
     else:
         out.append(table(rows))
     seen = versions_seen(rows)
@@ -241,12 +240,8 @@ def render(data, verbose):
     fallbacks = data.get("cpu_fallbacks") or []
     out.append("CPU fallbacks seen: %s" % (", ".join(fallbacks) if fallbacks else "none"))
     out.append("")
-    out.append(textwrap.fill("next: %s" % next_step(data), WIDTH, subsequent_indent="      ",
-                             break_on_hyphens=False, break_long_words=False))
+    out.append(fill("next: %s" % next_step(data), 6))
     return "\n".join(out)
-
-
-PACKAGE_OF_TARGET = (("comfy_kitchen", "comfy-kitchen"), ("torch_npu", "torch_npu"))
 
 
 def versions_seen(rows):
@@ -254,9 +249,7 @@ def versions_seen(rows):
     seen = {}
     for row in rows:
         if row.get("version"):
-            top = row["target"].partition(".")[0]
-            package = dict(PACKAGE_OF_TARGET).get(top, "ComfyUI")
-            seen.setdefault(package, row["version"])
+            seen.setdefault(versions.package_of(row["target"]), row["version"])
     return sorted(seen.items())
 
 

@@ -12,6 +12,8 @@ import os
 import re
 from typing import Any, Optional
 
+# the name a user knows each patched package by, from a patch's target
+_PACKAGES = {"comfy_kitchen": "comfy-kitchen", "torch_npu": "torch_npu"}
 _VERSION_LINE = re.compile(r"""^__version__\s*=\s*['"]([^'"]+)['"]""", re.MULTILINE)
 
 
@@ -73,3 +75,8 @@ def comfy_kitchen(module: Any) -> Optional[str]:
 
 def torch_npu(module: Any) -> Optional[str]:
     return getattr(module, "__version__", None) or distribution("torch-npu")
+
+
+def package_of(target: str) -> str:
+    """The package a patch target belongs to: ComfyUI for ``comfy.*`` and ``execution``."""
+    return _PACKAGES.get(target.partition(".")[0], "ComfyUI")
