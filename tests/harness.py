@@ -6,8 +6,10 @@ environment. Downloads (wrapt wheels per Python, comfy-kitchen releases) go
 to ``.cache/`` so ``tests/run.sh`` can fetch them once up front.
 """
 
+import hashlib
 import json
 import os
+import shutil
 import subprocess
 import sys
 import sysconfig
@@ -23,6 +25,21 @@ CACHE = Path(os.environ.get("ASCEND_SHIM_TEST_CACHE", REPO / ".cache"))
 # every comfy-kitchen release the INT8 tests run against
 KITCHEN_VERSIONS = ("0.2.11", "0.2.19", "0.2.22", "0.2.23", "0.2.26", "0.2.27", "0.2.34", "0.2.36", "0.2.40")
 STARTUP_PYTHONS = ("3.10", "3.11", "3.12", "3.13")
+
+# the real ComfyUI releases the suite runs, with the upstream commit of each
+# (the commit that set comfyui_version.py to it; 0.29.0/0.30.0: master commits)
+COMFYUI_RELEASES = {
+    "0.3.10": "9c773a241b446c7abb0cfabe1d292746251fed73",
+    "0.3.14": "debabccb847b24e6be7cf69deb9c66026364cb04",
+    "0.3.45": "9a470e073e2742d4edd6e7ea1ce28d861a77d9c4",
+    "0.3.68": "265adad858e1f31b66cd3523a02b16f5d34ced52",
+    "0.15.1": "3dd10a59c00248d00f0cb0ab794ff1bb9fb00a5f",
+    "0.27.0": "bb131be9e83d2f773c90f1d6f1e4b248a498c8c5",
+    "0.29.0": "4f874c5e3a2fafb9938273c5f3fc47d2da017667",
+    "0.30.0": "6db4fa2fcd38a92d4e0364c917cd8503620e2a74",
+}
+COMFYUI_VERSIONS = tuple(COMFYUI_RELEASES)
+COMFYUI_GIT = "https://github.com/comfyanonymous/ComfyUI"
 
 # modules that must stay out of an interpreter where nothing targeted loaded
 HEAVY = ("wrapt", "threading", "importlib.util", "importlib.metadata", "torch", "torch_npu",
@@ -127,6 +144,62 @@ def kitchen_dir(version):
         run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--target", str(target),
              "comfy-kitchen==%s" % version], scrubbed_env(), REPO, check=True, timeout=900)
     return target
+
+
+def comfyui_sources():
+    """Folders that may hold ``ComfyUI-<version>.tar.xz``, in the order searched."""
+    folders = [os.environ.get("ASCEND_SHIM_COMFYUI_SOURCES"), REPO.parent / "shared" / "upstream"]
+    return [Path(folder) for folder in folders if folder]
+
+
+def _verified(archive):
+    """True when ``archive`` matches its line in a SHA256SUMS beside it (or there is none)."""
+    sums = archive.parent / "SHA256SUMS"
+    if not sums.exists():
+        return True
+    for line in sums.read_text().splitlines():
+        digest, _, name = line.partition("  ")
+        if name.strip() == archive.name:
+            return hashlib.sha256(archive.read_bytes()).hexdigest() == digest
+    return True
+
+
+def comfyui_dir(version):
+    """A real ComfyUI source tree at ``version``, unpacked once into ``.cache/comfyui``.
+
+    From ``ComfyUI-<version>.tar.xz`` in ``comfyui_sources()``, failing that a
+    clone of the pinned upstream commit. The tree is a test input: it is
+    never copied into the project.
+    """
+    root = CACHE / "comfyui"
+    tree = root / ("ComfyUI-%s" % version)
+    if (tree / "comfy" / "model_management.py").exists():
+        return tree
+    root.mkdir(parents=True, exist_ok=True)
+    partial = root / (".partial-%s-%d" % (version, os.getpid()))
+    shutil.rmtree(partial, ignore_errors=True)
+    partial.mkdir()
+    for folder in comfyui_sources():
+        archive = folder / ("ComfyUI-%s.tar.xz" % version)
+        if archive.exists():
+            if not _verified(archive):
+                raise AssertionError("%s does not match its SHA256SUMS" % archive)
+            run(["tar", "-xJf", str(archive), "-C", str(partial)], scrubbed_env(), REPO, check=True)
+            break
+    else:
+        commit = COMFYUI_RELEASES[version]
+        clone = partial / tree.name
+        run(["git", "init", "-q", str(clone)], scrubbed_env(), REPO, check=True)
+        run(["git", "-C", str(clone), "fetch", "-q", "--depth", "1", COMFYUI_GIT, commit],
+            scrubbed_env(), REPO, check=True, timeout=900)
+        run(["git", "-C", str(clone), "checkout", "-q", "FETCH_HEAD"], scrubbed_env(), REPO, check=True)
+    try:
+        os.replace(partial / tree.name, tree)  # atomic: a parallel worker may have won
+    except OSError:
+        if not (tree / "comfy" / "model_management.py").exists():
+            raise
+    shutil.rmtree(partial, ignore_errors=True)
+    return tree
 
 
 def bed_env(machine="ascend-cu130", comfy=None, kitchen=None, extra_path=(), **extra):

@@ -67,9 +67,12 @@ sys.path.insert(0, "tests")
 import harness
 for version in harness.KITCHEN_VERSIONS:
     harness.kitchen_dir(version)
+for version in harness.COMFYUI_VERSIONS:
+    harness.comfyui_dir(version)
 for python in harness.pyenv_pythons().values():
     harness.wheelhouse_for(python)
 print("comfy-kitchen releases:", ", ".join(harness.KITCHEN_VERSIONS))
+print("ComfyUI releases:", ", ".join(harness.COMFYUI_VERSIONS))
 print("Pythons for the startup tests:", ", ".join(sorted(harness.pyenv_pythons())) or "none")
 PY
 }
