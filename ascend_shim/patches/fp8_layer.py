@@ -1,11 +1,14 @@
-"""ComfyUI's mixed-precision Linear never puts a float8 weight on an NPU without float8.
+"""ComfyUI's mixed-precision layers never put a float8 weight on an NPU without float8.
 
 ``comfy.ops.mixed_precision_ops`` builds the layer classes of a quantized
-model; their ``Linear`` turns a ``comfy_quant`` float8 entry of the state dict
-into a float8 ``QuantizedTensor`` and dequantizes it on the device at every
-forward. Each class it returns gets a loader that first decodes the layer's
-own entries on the host (``ascend_shim.fp8_convert``), so a state dict that
-never went through ``convert_old_quants`` is covered too.
+model. Each class it defines with its own ``_load_from_state_dict`` reads
+``comfy_quant`` entries (0.30: ``Linear``, ``MoEExperts``, ``Embedding``) and
+turns a float8 one into a float8 ``QuantizedTensor``. Every such class of the
+returned ops, found from the class itself rather than from a list of names,
+gets a loader that first decodes the layer's own entries on the host
+(``ascend_shim.fp8_convert``), so a state dict that never went through
+``convert_old_quants`` is covered too. Lookup tables (``torch.nn.Embedding``)
+are always decoded to bf16: not every ComfyUI loads an int8 one.
 """
 
 import importlib
@@ -34,6 +37,8 @@ def decoding_loader(original):
 
     def _load_from_state_dict(self, state_dict, prefix, *args, **kwargs):
         form = fp8_state_dict.decoded_form() if may_hold_float8(state_dict, prefix) else None
+        if form == "int8" and _is_lookup_table(self):
+            form = "bf16"
         if form is not None:
             from ascend_shim import fp8_convert
 
@@ -44,13 +49,32 @@ def decoding_loader(original):
     return _load_from_state_dict
 
 
+def _is_lookup_table(layer) -> bool:
+    import torch
+
+    return isinstance(layer, torch.nn.Embedding)
+
+
+def quantized_layer_classes(operations) -> list:
+    """The classes ``operations`` defines in its own body with their own loader.
+
+    Those are made by the ``mixed_precision_ops`` call that returned it
+    (changing them touches no other model), and their loaders are the ones
+    that read ``comfy_quant``; classes inherited from ``manual_cast`` are not.
+    """
+    inside = getattr(operations, "__qualname__", "") + "."
+    return [value for value in vars(operations).values()
+            if isinstance(value, type) and value.__qualname__.startswith(inside)
+            and callable(vars(value).get("_load_from_state_dict"))]
+
+
 def _decoding_ops(ops, wrapped, instance, args, kwargs):
     operations = wrapped(*args, **kwargs)
-    linear = getattr(operations, "Linear", None)
-    loader = getattr(linear, "_load_from_state_dict", None)
-    if loader is not None and not getattr(loader, _MARK, False):
-        # a class made by this call: changing it touches no other model
-        linear._load_from_state_dict = decoding_loader(loader)
+    if isinstance(operations, type):
+        for layer_class in quantized_layer_classes(operations):
+            loader = vars(layer_class)["_load_from_state_dict"]
+            if not getattr(loader, _MARK, False):
+                layer_class._load_from_state_dict = decoding_loader(loader)
     return operations
 
 
@@ -68,7 +92,7 @@ PATCH = Patch(
     name="fp8_layer",
     target="comfy.ops",
     requires=("comfy.model_management",),
-    summary="mixed-precision Linear layers decode float8 weights on the host for an NPU without float8",
+    summary="mixed-precision layers (Linear, MoE experts, embeddings...) decode float8 on the host for an NPU without float8",
     guard=guard,
     apply=apply,
     version=versions.comfyui,

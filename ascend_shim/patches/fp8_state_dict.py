@@ -5,7 +5,9 @@ state dict through ``comfy.utils.convert_old_quants``, which turns legacy
 ``scaled_fp8`` files into ``comfy_quant`` layers. Right after it, the float8
 entries under the converted prefix are decoded (``ascend_shim.fp8_convert``):
 to bf16, or with ``ASCEND_SHIM_FP8=int8`` to ComfyUI's own ``int8_tensorwise``
-layers where this ComfyUI has that format. W4A8 group scales become float32.
+layers where this ComfyUI has that format and an NPU INT8 path serves them
+(else bf16, said once: ``ascend_shim.fp8_effective``). W4A8 group scales
+become float32.
 Torch is imported on the first call, not with the patch.
 """
 
@@ -16,23 +18,18 @@ from ascend_shim.patching import Patch, argument
 from ascend_shim.patches._wraps import wrap_function
 
 
-INT8_FORMAT = "int8_tensorwise"
-
-
-def int8_form_available():
-    """Whether ComfyUI knows ``int8_tensorwise`` layers (quant_ops' QUANT_ALGOS)."""
-    try:
-        quant_ops = importlib.import_module("comfy.quant_ops")
-    except Exception:
-        return False
-    return INT8_FORMAT in getattr(quant_ops, "QUANT_ALGOS", {})
-
-
 def decoded_form():
-    form = fp8_policy.current()[0]
-    if form == "int8" and not int8_form_available():
-        return "bf16"
-    return form
+    """The form fp8 weights take now (``fp8_effective``: int8 only with an NPU INT8 path)."""
+    from ascend_shim import fp8_effective
+
+    return fp8_effective.current()[0]
+
+
+def _form_note():
+    from ascend_shim import fp8_effective
+
+    form, why = fp8_effective.current()
+    return "fp8 -> %s%s" % (form, " (%s)" % why if why else "")
 
 
 def _decoding_convert(utils, wrapped, instance, args, kwargs):
@@ -55,7 +52,7 @@ def guard(utils):
 
 def apply(changes, utils):
     wrap_function(changes, utils, "convert_old_quants", _decoding_convert)
-    changes.note("fp8 -> %s" % decoded_form())
+    changes.note(_form_note())
 
 
 PATCH = Patch(
