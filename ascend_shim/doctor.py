@@ -227,6 +227,21 @@ def _environment(report, findings, torch_info):
                          activation_fix(activation.at_startup()))
 
 
+def _fp8_int8_combination(report, findings):
+    """ASCEND_SHIM_FP8=int8 under settings that register no NPU INT8 path: named, never a silent OK."""
+    from ascend_shim import _config, fp8_effective
+
+    if not report["npu"]["available"]:
+        return  # nothing is decoded where the shim stays inert
+    upstream = bool(report["comfy_kitchen"].get("upstream_ascend_backend"))
+    gap = fp8_effective.configured_gap(_config.get(), upstream)
+    if gap:
+        findings.add(WARNING, "ASCEND_SHIM_FP8=int8 with %s: no NPU INT8 path is registered, so fp8 weights "
+                     "are decoded to bf16 (twice fp8's memory), not int8" % gap,
+                     "to keep int8, use ASCEND_SHIM_INT8=auto and leave kitchen_int8/int_mm out of "
+                     "ASCEND_SHIM_DISABLE; else set ASCEND_SHIM_FP8=bf16")
+
+
 def collect(comfyui_dir=None):
     report = {"python": {"version": platform.python_version(), "executable": sys.executable,
                          "venv": sys.prefix != getattr(sys, "base_prefix", sys.prefix)}}
@@ -242,6 +257,7 @@ def collect(comfyui_dir=None):
     _shim(report, findings, torch_npu is not None and report["npu"]["available"])
     _alloc_conf(report)
     _environment(report, findings, report.get("torch"))
+    _fp8_int8_combination(report, findings)
     report["findings"] = findings
     report["ok"] = not any(f["severity"] == PROBLEM for f in findings)
     return report

@@ -266,6 +266,7 @@ def status() -> dict:
     registration = sys.modules.get("ascend_shim.kitchen.registration")
     int_mm = sys.modules.get("ascend_shim.int_mm")
     w4a8 = sys.modules.get("ascend_shim.kitchen.w4a8")
+    fp8 = sys.modules.get("ascend_shim.fp8_effective")
     return {
         "shim": {
             "version": ascend_shim.__version__,
@@ -279,5 +280,6 @@ def status() -> dict:
         "int8": registration.report() if registration else {"decision": "not registered"},
         "w4a8": w4a8.report() if w4a8 else None,
         "int_mm": int_mm.report() if int_mm else None,
+        "fp8": fp8.report() if fp8 else None,
         "cpu_fallbacks": fallback_report.report(),
     }

@@ -237,6 +237,7 @@ def render(data, verbose):
     if seen:
         out.append("patched: %s" % ", ".join("%s %s" % item for item in seen))
     out.extend(_int8_lines(data.get("int8") or {}, data.get("w4a8"), data.get("int_mm")))
+    out.extend(_fp8_line(data.get("fp8")))
     fallbacks = data.get("cpu_fallbacks") or []
     out.append("CPU fallbacks seen: %s" % (", ".join(fallbacks) if fallbacks else "none"))
     out.append("")
@@ -273,6 +274,14 @@ def _int8_lines(int8, w4a8=None, int_mm=None):
     elif int_mm and int_mm.get("note"):
         lines.append("  torch._int_mm on the NPU: %s" % int_mm["note"])
     return lines
+
+
+def _fp8_line(fp8):
+    """What fp8 weights become in this process (ascend_shim.fp8_effective), once decided."""
+    if not fp8:
+        return []
+    form = fp8.get("form") or "kept as float8"
+    return ["fp8 weights: %s%s" % (form, " (%s)" % fp8["why"] if fp8.get("why") else "")]
 
 
 def main(options):
