@@ -135,27 +135,27 @@ def test_a_cpu_run_keeps_fp8_on_the_host(fp8_run, machine, flags):
 
 
 REAL_CASES = ("mixed_linear", "mixed_linear_direct", "w4a8_layer")
+REAL_KITCHEN = {"0.30.0": "0.2.27", "0.29.0": "0.2.26"}
 
 
-def test_real_comfyui_mixed_precision(bed_python, tmp_path):
-    """COMFYUI_DIR=<ComfyUI 0.30+ checkout>: its own convert_old_quants and mixed-precision Linear."""
-    import os
-
-    comfy_dir = os.environ.get("COMFYUI_DIR")
-    if not comfy_dir:
-        pytest.skip("set COMFYUI_DIR to a ComfyUI checkout to run this")
-    utils = open(os.path.join(comfy_dir, "comfy", "utils.py")).read()
-    if "def convert_old_quants" not in utils:
-        pytest.skip("this ComfyUI loads fp8 through scaled_fp8_ops (no convert_old_quants): not covered")
+@pytest.mark.parametrize("comfyui", list(REAL_KITCHEN))
+def test_real_comfyui_mixed_precision(bed_python, tmp_path, comfyui):
+    """A real ComfyUI's own convert_old_quants and mixed-precision Linear (no comfy.sd: it needs torchvision)."""
+    comfy_dir = str(harness.comfyui_dir(comfyui))
     runs = {}
-    for label, env in (("off", {"ASCEND_SHIM_FP8": "off"}), ("on", {})):
+    for label, env in (("off", {"ASCEND_SHIM_FP8": "off"}), ("on", {}), ("int8", {"ASCEND_SHIM_FP8": "int8"})):
         proc = harness.run([str(bed_python), str(CASES_SCRIPT), comfy_dir],
-                           harness.bed_env("ascend-cu130", kitchen=KITCHEN, FP8_CASES=",".join(REAL_CASES), **env),
+                           harness.bed_env("ascend-cu130", kitchen=REAL_KITCHEN[comfyui],
+                                           FP8_CASES=",".join(REAL_CASES), **env),
                            tmp_path, timeout=600)
         runs[label] = harness.last_json(proc)
     for name in REAL_CASES:
-        if runs["on"]["cases"][name].get("skipped"):
-            continue
+        if runs["on"]["cases"][name].get("skipped") and comfyui != "0.30.0":
+            continue  # W4A8 needs comfy-kitchen 0.2.27+; ComfyUI 0.29 pins 0.2.24
         assert runs["off"]["cases"][name].get("error") == NO_FLOAT8, name
         case = passed(runs["on"], name)
         assert float8_on(case, "npu") == [] and case["cos"] >= 0.9999, (name, case)
+    for name in ("mixed_linear", "mixed_linear_direct"):  # int8 form: requantized, served by the NPU INT8 path
+        case = passed(runs["int8"], name)
+        assert case["weights"] == {"int8@npu": 2 if name == "mixed_linear" else 1}, (name, case)
+        assert case["quant_matmul"] > 0 and case["cos"] >= 0.999, (name, case)
