@@ -12,7 +12,7 @@ import pytest
 
 import harness
 
-STATUS_KEYS = {"shim", "patches", "int8", "w4a8", "int_mm", "cpu_fallbacks", "startup", "machine", "imports"}
+STATUS_KEYS = {"shim", "patches", "int8", "w4a8", "int_mm", "fp8", "cpu_fallbacks", "startup", "machine", "imports"}
 # what status shows of each patch (the engine may report more)
 PATCH_KEYS = {"name", "target", "summary", "state", "reason", "late", "in_place", "version",
               "waiting_for", "detail"}
