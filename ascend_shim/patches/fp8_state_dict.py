@@ -18,14 +18,14 @@ from ascend_shim.patching import Patch, argument
 from ascend_shim.patches._wraps import wrap_function
 
 
-def decoded_form():
+def decoded_form() -> "str | None":
     """The form fp8 weights take now (``fp8_effective``: int8 only with an NPU INT8 path)."""
     from ascend_shim import fp8_effective
 
     return fp8_effective.current()[0]
 
 
-def _form_note():
+def _form_note() -> str:
     from ascend_shim import fp8_effective
 
     form, why = fp8_effective.current()
