@@ -339,6 +339,20 @@ def test_the_shims_assumptions_about_the_op_parameters_hold(real):
     assert set(capability.QUANT_OPS) <= set(real.schemas)
 
 
+def test_the_real_ops_are_torch_ops_packets(real):
+    """``torch_npu.npu_quant_matmul`` is ``torch.ops.npu.npu_quant_matmul`` in each wheel:
+    the shim's detection meets a schema there, which is why the test below
+    serves the real schemas through torch's dispatcher (the fake's ops are
+    plain functions)."""
+    from ascend_shim.kitchen import capability
+
+    tree = ast.parse((real.root / "torch_npu" / "utils" / "custom_ops.py").read_text())
+    exported = {ast.unparse(n.targets[0]): ast.unparse(n.value) for n in tree.body
+                if isinstance(n, ast.Assign) and len(n.targets) == 1}
+    for op in capability.QUANT_OPS:
+        assert exported.get("torch_npu." + op) == "torch.ops.npu." + op
+
+
 def test_no_real_wheel_has_an_npu_int_mm_kernel(real):
     """Why the ``int_mm`` patch exists: aten::_int_mm on an NPU tensor falls back to
     the CPU. The library names its NPU kernels ``wrapper_NPU__<op>``."""
