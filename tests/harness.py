@@ -202,6 +202,61 @@ def comfyui_dir(version):
     return tree
 
 
+# the real torch_npu releases the fake is held to: the users' and the newest
+TORCH_NPU_VERSIONS = ("2.12.0", "2.14.0")
+# the Python API sources tests/testbed/test_real_signatures.py reads from each wheel
+TORCH_NPU_SOURCES = ("torch_npu/__init__.py", "torch_npu/version.py", "torch_npu/npu/", "torch_npu/utils/")
+# strings kept from libtorch_npu.so: the op schemas it registers (``TORCH_LIBRARY``
+# text), its kernel wrappers (``wrapper_NPU__mm``: which aten ops have an NPU
+# kernel) and the CPU-fallback warning's pieces
+TORCH_NPU_STRINGS = {
+    "registered_schemas.txt": rb"[A-Za-z_][\w.]*\(.*\) -> .+",
+    "kernel_wrappers.txt": rb"wrapper_\w+",
+    "fallback_messages.txt": rb".*(?:CAUTION|fall ?back|not currently supported|performance implications).*",
+}
+
+
+def torch_npu_dir(version):
+    """What the tests read from the real torch_npu ``version``, kept in ``.cache``.
+
+    The x86_64 wheel (about 40 MB; it installs there but cannot import
+    without CANN) is downloaded once; only ``TORCH_NPU_SOURCES`` and the
+    ``TORCH_NPU_STRINGS`` of its library (together about 1 MB) are kept.
+    Works offline once unpacked.
+    """
+    import re
+    import zipfile
+
+    target = CACHE / "torch_npu" / version
+    done = target / "WHEEL_NAME"
+    if done.exists():
+        return target
+    download = CACHE / "torch_npu" / (".download-%s-%d" % (version, os.getpid()))
+    shutil.rmtree(download, ignore_errors=True)
+    run([sys.executable, "-m", "pip", "download", "-q", "--no-deps", "--only-binary=:all:",
+         "--python-version", "3.13", "--implementation", "cp", "--abi", "cp313",
+         "--platform", "manylinux_2_28_x86_64", "-d", str(download), "torch-npu==%s" % version],
+        scrubbed_env(), REPO, check=True, timeout=900)
+    (wheel,) = download.glob("torch_npu-*.whl")
+    partial = download / "unpacked"
+    with zipfile.ZipFile(wheel) as archive:
+        for name in archive.namelist():
+            if name.endswith(".py") and name.startswith(TORCH_NPU_SOURCES):
+                archive.extract(name, partial)
+        strings = re.findall(rb"[\x20-\x7e]{8,}", archive.read("torch_npu/lib/libtorch_npu.so"))
+    for filename, pattern in TORCH_NPU_STRINGS.items():
+        kept = sorted({text.decode() for text in strings if re.fullmatch(pattern, text)})
+        (partial / filename).write_text("".join(line + "\n" for line in kept))
+    (partial / "WHEEL_NAME").write_text(wheel.name + "\n")
+    try:
+        os.replace(partial, target)  # atomic: a parallel worker may have won
+    except OSError:
+        if not done.exists():
+            raise
+    shutil.rmtree(download, ignore_errors=True)
+    return target
+
+
 def bed_env(machine="ascend-cu130", comfy=None, kitchen=None, extra_path=(), **extra):
     """Environment of a subprocess on the simulated machine ``machine``.
 

@@ -69,6 +69,7 @@ for version in harness.KITCHEN_VERSIONS:
     harness.kitchen_dir(version)
 for version in harness.COMFYUI_VERSIONS:
     harness.comfyui_dir(version)
+for version in harness.TORCH_NPU_VERSIONS: harness.torch_npu_dir(version)  # real torch_npu schemas
 for python in harness.pyenv_pythons().values():
     harness.wheelhouse_for(python)
 print("comfy-kitchen releases:", ", ".join(harness.KITCHEN_VERSIONS))

@@ -113,9 +113,16 @@ def _empty(shape, dtype, index):
 # --------------------------------------------------------------------------- dynamic quant
 
 
-def npu_dynamic_quant(input, *, smooth_scales=None, group_index=None, dst_type=None):
-    """Per-row symmetric int8 quantisation: (y int8 like input, scale fp32 input.shape[:-1])."""
+def npu_dynamic_quant(input, *, smooth_scales=None, group_index=None, dst_type=None, quant_mode="pertoken",
+                      dst_type_max=0.0):
+    """Per-row symmetric int8 quantisation: (y int8 like input, scale fp32 input.shape[:-1]).
+
+    The parameters are torch_npu 2.12/2.14's schema; only the per-token int8 mode is simulated.
+    """
     op = _DYN
+    if quant_mode != "pertoken" or dst_type_max != 0.0:
+        raise _testbed.reject(op, f"quant_mode={quant_mode!r}, dst_type_max={dst_type_max!r} are not "
+                                  "supported by this testbed")
     index = _same_npu(op, {"input": input, "smooth_scales": smooth_scales, "group_index": group_index})
     if input.dtype not in _FLOAT_OUT:
         raise _testbed.reject(op, f"input dtype must be float16 or bfloat16, got {input.dtype}")
@@ -203,9 +210,6 @@ def _exact_int_matmul(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     return acc
 
 
-_KNOWN_EXTRA = ("group_sizes", "x1_dtype", "x2_dtype", "pertoken_scale_dtype", "scale_dtype", "y_scale")
-
-
 def npu_quant_matmul(
     x1,
     x2,
@@ -215,13 +219,22 @@ def npu_quant_matmul(
     pertoken_scale=None,
     bias=None,
     output_dtype=None,
-    **extra,
+    x1_dtype=None,
+    x2_dtype=None,
+    pertoken_scale_dtype=None,
+    scale_dtype=None,
+    group_sizes=None,
+    y_scale=None,
 ):
-    """int8 x1 (.., m, k) @ int8 x2 (.., k, n), dequantised in fp32, one RNE cast."""
+    """int8 x1 (.., m, k) @ int8 x2 (.., k, n), dequantised in fp32, one RNE cast.
+
+    The parameters are torch_npu 2.12/2.14's schema; those after ``output_dtype``
+    (other input formats, grouped scales) are not simulated.
+    """
     op = _QMM
-    for key, value in extra.items():
-        if key not in _KNOWN_EXTRA:
-            raise TypeError(f"{op}() got an unexpected keyword argument '{key}'")
+    unsimulated = {"x1_dtype": x1_dtype, "x2_dtype": x2_dtype, "pertoken_scale_dtype": pertoken_scale_dtype,
+                   "scale_dtype": scale_dtype, "group_sizes": group_sizes, "y_scale": y_scale}
+    for key, value in unsimulated.items():
         if value is not None:
             raise _testbed.reject(op, f"{key} is not supported by this testbed (got {value!r})")
     tensors = {
@@ -385,9 +398,11 @@ def npu_quant_matmul(
 # --------------------------------------------------------------------------- formats
 
 
-def npu_format_cast(input, acl_format):
+def npu_format_cast(input, acl_format, *, customize_dtype=None, input_dtype=None):
     """Returns ``input`` itself, remembering the format (29 = FRACTAL_NZ)."""
     _same_npu("npu_format_cast", {"input": input})
+    if customize_dtype is not None or input_dtype is not None:
+        raise _testbed.reject("npu_format_cast", "customize_dtype and input_dtype are not supported by this testbed")
     fmt = int(acl_format)
     input._testbed_npu_format = fmt
     _testbed.format_casts.append((npu_device.storage_ptr(input), tuple(input.shape), fmt))

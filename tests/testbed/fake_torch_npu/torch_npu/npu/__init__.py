@@ -71,8 +71,8 @@ def synchronize(device=None) -> None:
     _testbed.counters["synchronize"] += 1
 
 
-def get_device_name(device=None) -> str:
-    _dev._check_index(_idx(device))
+def get_device_name(device_name=None) -> str:
+    _dev._check_index(_idx(device_name))
     return DEVICE_NAME
 
 
@@ -93,14 +93,14 @@ class _NPUDeviceProperties:
         )
 
 
-def get_device_properties(device=None) -> _NPUDeviceProperties:
-    idx = _idx(device)
+def get_device_properties(device_name=None) -> _NPUDeviceProperties:
+    idx = _idx(device_name)
     _dev._check_index(idx)
     return _NPUDeviceProperties(idx)
 
 
-def is_bf16_supported() -> bool:
-    return True
+def is_bf16_supported(including_emulation: bool = False) -> bool:
+    return True  # A2/A3 compute in bf16 natively
 
 
 def get_amp_supported_dtype() -> list:
@@ -318,13 +318,13 @@ def set_stream(stream) -> None:
 
 
 @contextlib.contextmanager
-def stream(s):
-    if s is None:
+def stream(stream):
+    if stream is None:
         yield
         return
-    idx = s.device.index
+    idx = stream.device.index
     prev = _current_streams.get(idx)
-    _current_streams[idx] = s
+    _current_streams[idx] = stream
     try:
         yield
     finally:
