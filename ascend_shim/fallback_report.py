@@ -11,11 +11,14 @@ it. The watcher below records only fallback warnings that do reach Python;
 torch_npu's own line is switched off. Stdlib only.
 """
 
+import contextlib
 import os
 import re
+import sys
+import tempfile
 import threading
 import time
-from typing import Mapping, Optional
+from typing import Iterator, List, Mapping, Optional
 
 PATTERN = re.compile(
     r"operator '([^']+)' is not currently supported on the NPU backend "
@@ -118,3 +121,49 @@ def status_lines(seen: Mapping[str, object], npu: bool,
                 "an op that runs on the CPU goes unreported" % off]
     return ["CPU fallbacks: not visible to the shim; torch_npu reports each op once on stderr "
             "(\"... will fall back to run on the CPU ...\")"]
+
+
+@contextlib.contextmanager
+def native_fallbacks() -> Iterator[List[str]]:
+    """The ops torch_npu's own line names while the block runs (filled in at its end).
+
+    fd 2 goes to a temporary file for the block; at its end all that was
+    written is passed on to the real stderr and read for torch_npu's lines.
+    For a command's own checks (selftest), not for ComfyUI: its console would
+    show the block's stderr only when the block ends. Without a usable fd 2
+    nothing is captured and the list stays empty.
+    """
+    ops: List[str] = []
+    try:
+        if sys.stderr is not None:
+            sys.stderr.flush()
+        saved = os.dup(2)
+    except (OSError, ValueError):
+        yield ops
+        return
+    with tempfile.TemporaryFile() as spool:
+        os.dup2(spool.fileno(), 2)
+        try:
+            yield ops
+        finally:
+            try:
+                if sys.stderr is not None:
+                    sys.stderr.flush()
+            except (OSError, ValueError):
+                pass
+            os.dup2(saved, 2)
+            os.close(saved)
+            spool.seek(0)
+            written = spool.read()
+            _pass_on(written)
+            ops.extend(sorted({m.group(1) for m in PATTERN.finditer(written.decode("utf-8", "replace"))}))
+
+
+def _pass_on(data: bytes) -> None:
+    """Write ``data`` to fd 2 in full; dropped where fd 2 refuses it."""
+    view = memoryview(data)
+    try:
+        while view:
+            view = view[os.write(2, view):]
+    except OSError:
+        pass

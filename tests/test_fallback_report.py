@@ -9,17 +9,24 @@ interpreter on the simulated 910B, with the shim's own ``_int_mm`` kernel
 switched off so that ``aten::_int_mm`` reaches torch_npu's CPU fallback.
 """
 
+import json
 import re
 import textwrap
 
 import harness
 import pytest
 
-# torch_npu's line as c10's logger writes it (VariableFallbackKernel.cpp, npu_cpu_fallback)
-TORCH_NPU_LINE = re.compile(
-    r"^\[W\d{3,4} \d\d:\d\d:\d\d\.\d{9} VariableFallbackKernel\.cpp:\d+\] Warning: CAUTION: The operator "
-    r"'aten::_int_mm' is not currently supported on the NPU backend and will fall back to run on the CPU\. "
-    r"This may have performance implications\. \(function npu_cpu_fallback\)$", re.M)
+
+
+def torch_npu_line(op):
+    """torch_npu's line as c10's logger writes it (VariableFallbackKernel.cpp, npu_cpu_fallback)."""
+    return re.compile(
+        r"^\[W\d{3,4} \d\d:\d\d:\d\d\.\d{9} VariableFallbackKernel\.cpp:\d+\] Warning: CAUTION: The operator "
+        r"'%s' is not currently supported on the NPU backend and will fall back to run on the CPU\. "
+        r"This may have performance implications\. \(function npu_cpu_fallback\)$" % re.escape(op), re.M)
+
+
+TORCH_NPU_LINE = torch_npu_line("aten::_int_mm")
 NOT_VISIBLE = "CPU fallbacks: not visible to the shim; torch_npu reports each op once on stderr"
 
 SCENARIO = """
@@ -84,6 +91,27 @@ def test_status_says_fallbacks_go_unreported_when_torch_npu_is_silenced(fallback
     assert ("CPU fallbacks: not visible to the shim, and torch_npu's own warning is off here (%s" % named
             in result["status"]), result["status"]
     assert "an op that runs on the CPU goes unreported" in result["status"]
+
+
+SELFTEST = """
+import sys
+from testbed import npu_device
+npu_device.set_cpu_fallback_ops({"aten::mm"})  # a device with no kernel for aten::mm
+from ascend_shim import cli
+sys.exit(cli.main(["selftest", "--json"]))
+"""
+
+
+def test_selftest_fails_on_a_fallback_torch_npu_reports_on_stderr(bed_python, tmp_path):
+    script = tmp_path / "selftest.py"
+    script.write_text(SELFTEST)
+    proc = harness.run([str(bed_python), str(script)], harness.bed_env("ascend-cu130", kitchen="0.2.26"), tmp_path)
+    result = json.loads(proc.stdout)
+    assert proc.returncode == 1 and result["passed"] is False, proc.stderr
+    assert result["checks"][-1] == {"name": "no CPU fallback", "fallbacks": ["aten::mm"], "passed": False}
+    assert [c["name"] for c in result["checks"] if not c["passed"]] == ["no CPU fallback"]
+    # what selftest read from stderr still reaches the console
+    assert len(torch_npu_line("aten::mm").findall(proc.stderr)) == 1, proc.stderr
 
 
 def test_status_without_an_npu_says_none(run_bed):
