@@ -80,7 +80,7 @@ def reset():
 
 # torch_npu's OptionsManager::ShouldPrintWarning reads the first, else the second
 WARNING_SWITCHES = ("TORCH_NPU_WARNING_DISABLE", "TORCH_NPU_DISABLED_WARNING")
-QUIET_CPP_LEVELS = ("2", "ERROR", "3", "FATAL")  # c10 drops WARNING lines below these
+QUIET_CPP_LEVELS = ("2", "ERROR", "3", "FATAL")  # c10's log levels that drop WARNING lines
 
 
 def _strtol(text: Optional[str]) -> Optional[int]:
@@ -102,14 +102,14 @@ def native_line_off(environ: Optional[Mapping[str, str]] = None) -> Optional[str
     rank = _strtol(env.get("RANK"))
     if rank not in (None, 0, -1):
         return "RANK=%s: torch_npu warns on rank 0 only" % env["RANK"]
-    level = env.get("TORCH_CPP_LOG_LEVEL", "").strip()
+    level = env.get("TORCH_CPP_LOG_LEVEL", "")  # c10 upper-cases it, nothing more
     if level.upper() in QUIET_CPP_LEVELS:
         return "TORCH_CPP_LOG_LEVEL=%s" % level
     return None
 
 
 def status_lines(seen: Mapping[str, object], npu: bool,
-                 environ: Optional[Mapping[str, str]] = None) -> list:
+                 environ: Optional[Mapping[str, str]] = None) -> List[str]:
     """``status``'s lines about CPU fallbacks, each true as printed."""
     if seen:
         return ["CPU fallbacks seen: %s" % ", ".join(sorted(seen))]

@@ -425,7 +425,7 @@ def _native_warning_printed() -> bool:
     rank = _strtol(os.environ.get("RANK"))
     if rank not in (None, 0, -1):
         return False
-    level = os.environ.get("TORCH_CPP_LOG_LEVEL", "").strip().upper()
+    level = os.environ.get("TORCH_CPP_LOG_LEVEL", "").upper()
     return level not in ("2", "ERROR", "3", "FATAL")
 
 
