@@ -131,18 +131,30 @@ def native_fallbacks() -> Iterator[List[str]]:
     written is passed on to the real stderr and read for torch_npu's lines.
     For a command's own checks (selftest), not for ComfyUI: its console would
     show the block's stderr only when the block ends. Without a usable fd 2
-    nothing is captured and the list stays empty.
+    or temporary file nothing is captured and the list stays empty.
     """
     ops: List[str] = []
+    saved = None
     try:
-        if sys.stderr is not None:
-            sys.stderr.flush()
-        saved = os.dup(2)
-    except (OSError, ValueError):
+        spool = tempfile.TemporaryFile()
+    except OSError:
+        spool = None
+    try:
+        if spool is not None:
+            if sys.stderr is not None:
+                sys.stderr.flush()
+            saved = os.dup(2)
+            os.dup2(spool.fileno(), 2)
+    except (OSError, ValueError):  # no usable fd 2: nothing to capture
+        if saved is not None:
+            os.close(saved)
+            saved = None
+    if saved is None:
+        if spool is not None:
+            spool.close()
         yield ops
         return
-    with tempfile.TemporaryFile() as spool:
-        os.dup2(spool.fileno(), 2)
+    with spool:
         try:
             yield ops
         finally:

@@ -11,6 +11,7 @@ switched off so that ``aten::_int_mm`` reaches torch_npu's CPU fallback.
 
 import json
 import re
+import sys
 import textwrap
 
 import harness
@@ -139,6 +140,37 @@ def test_which_settings_silence_torch_npu():
     assert native_line_off({"TORCH_CPP_LOG_LEVEL": "warning"}) is None
     assert native_line_off({"TORCH_CPP_LOG_LEVEL": "3"}) == "TORCH_CPP_LOG_LEVEL=3"
     assert native_line_off({"TORCH_CPP_LOG_LEVEL": " error"}) is None  # c10 cannot parse it: WARNING
+
+
+NATIVE = """
+import json, os, sys
+from ascend_shim.fallback_report import native_fallbacks
+line = sys.argv[1] + "\\n"
+with native_fallbacks() as ops:
+    sys.stderr.write("before\\n")
+    os.write(2, line.encode())
+    sys.stderr.write("after\\n")
+    held = ops == []
+print(json.dumps({"ops": ops, "held": held}))
+"""
+
+
+def test_native_fallbacks_reads_fd_2_and_passes_it_on(tmp_path):
+    line = ("[W1201 21:38:16.125933472 VariableFallbackKernel.cpp:250] Warning: CAUTION: The operator "
+            "'aten::foo' is not currently supported on the NPU backend and will fall back to run on the CPU. "
+            "This may have performance implications. (function npu_cpu_fallback)")
+    proc = harness.run([sys.executable, "-c", NATIVE, line], harness.scrubbed_env(PYTHONPATH=harness.REPO),
+                       tmp_path)
+    assert harness.last_json(proc) == {"ops": ["aten::foo"], "held": True}
+    assert proc.stderr == "before\n%s\nafter\n" % line  # all of it, in order, once the block ends
+
+
+def test_native_fallbacks_without_stderr(tmp_path):
+    code = ("import sys\nfrom ascend_shim.fallback_report import native_fallbacks\n"
+            "with native_fallbacks() as ops:\n    pass\nprint(ops)\n")
+    proc = harness.run(["sh", "-c", '"$0" -c "$1" 2>&-', sys.executable, code],
+                       harness.scrubbed_env(PYTHONPATH=harness.REPO), tmp_path)
+    assert proc.returncode == 0 and proc.stdout == "[]\n", proc
 
 
 def test_report_parses_the_warning_text():
