@@ -836,6 +836,7 @@ def guarded(name, checks):
 
 
 def run():
+    from ascend_shim import fallback_report
     from ascend_shim._npu import npu_reason
 
     reason = npu_reason()
@@ -847,7 +848,8 @@ def run():
     torch.manual_seed(0)
     device = torch.device("npu", torch.npu.current_device())
     checks = []
-    with warnings.catch_warnings(record=True) as caught:
+    # torch_npu's fallback warning is a C++ line on stderr, not a Python warning
+    with warnings.catch_warnings(record=True) as caught, fallback_report.native_fallbacks() as native:
         warnings.simplefilter("always")
         checks += guarded("dynamic quant + quant matmul", lambda: [report_check(torch, torch_npu, device)])
         cases = Matrix(torch_npu, device)
@@ -858,7 +860,7 @@ def run():
         checks += guarded("comfy-kitchen int8_linear",
                           lambda: [c for c in [kitchen_check(torch, device)] if c is not None])
         torch.npu.synchronize()
-    fallbacks = _fallbacks(caught)
+    fallbacks = sorted(set(_fallbacks(caught)) | set(native))
     checks.append({"name": "no CPU fallback", "fallbacks": fallbacks, "passed": not fallbacks})
     info = versions(torch, torch_npu, device)
     return {"npu": True, "device": info["device"], "torch_npu": info["torch_npu"], "versions": info,

@@ -238,8 +238,10 @@ def render(data, verbose):
         out.append("patched: %s" % ", ".join("%s %s" % item for item in seen))
     out.extend(_int8_lines(data.get("int8") or {}, data.get("w4a8"), data.get("int_mm")))
     out.extend(_fp8_line(data.get("fp8")))
-    fallbacks = data.get("cpu_fallbacks") or []
-    out.append("CPU fallbacks seen: %s" % (", ".join(fallbacks) if fallbacks else "none"))
+    from ascend_shim.fallback_report import status_lines
+
+    npu = (data.get("machine") or {}).get("npu")
+    out.extend(fill(line, 6) for line in status_lines(data.get("cpu_fallbacks") or {}, npu))
     out.append("")
     out.append(fill("next: %s" % next_step(data), 6))
     return "\n".join(out)

@@ -1,4 +1,9 @@
-"""Watch torch_npu's CPU-fallback warnings while the shim is active."""
+"""Record CPU-fallback warnings that reach Python's warnings.
+
+torch_npu's own fallback warning is a C++ log line on stderr, not a Python
+warning (see fallback_report), so on torch_npu releases to date this records
+nothing; ``status`` says so.
+"""
 
 import warnings
 
@@ -26,7 +31,7 @@ def apply(changes, torch_npu):
 PATCH = Patch(
     name="cpu_fallbacks",
     target="torch_npu",
-    summary="record ops that torch_npu runs on the CPU (status, console)",
+    summary="record CPU-fallback warnings that reach Python (torch_npu's own are C++ log lines)",
     guard=guard,
     apply=apply,
     version=versions.torch_npu,

@@ -1,4 +1,5 @@
-"""After each ComfyUI prompt, log any op that newly fell back to the CPU."""
+"""After each ComfyUI prompt, log any op the shim newly saw fall back to the CPU
+(only fallback warnings that reach Python: see fallback_report)."""
 
 import logging
 
@@ -36,7 +37,7 @@ PATCH = Patch(
     name="prompt_report",
     target="execution",
     after=("cpu_fallbacks",),
-    summary="log new CPU fallbacks once a prompt has executed",
+    summary="log CPU fallbacks the shim newly saw once a prompt has executed",
     guard=guard,
     apply=apply,
     version=versions.comfyui,

@@ -17,9 +17,10 @@ tensor is a wrapper subclass (:class:`NpuTensor`) whose metadata says
   Python bodies run on the npu wrappers, as they would on a real device.
 * Foreign tensor subclasses (kitchen's ``QuantizedTensor``) get
   ``NotImplemented`` so that their own ``__torch_dispatch__`` runs first.
-* ``cpu_fallback_ops()`` names ops that have "no NPU kernel": they still compute,
-  but are logged and warned about with torch_npu's wording, or raise when
-  ``TORCH_NPU_FALLBACK_CPU_DISABLE=1``.
+* ``cpu_fallback_ops()`` names ops that have "no NPU kernel": they still compute
+  and are logged, or raise when ``TORCH_NPU_FALLBACK_CPU_DISABLE=1``. As in
+  torch_npu, the first fallback of each op writes one c10 log line to fd 2; it
+  is not a Python warning.
 
 Nothing here imports ``torch_npu``; the fake ``torch_npu`` calls :func:`activate`
 and hands over its ``torch.npu`` module.
@@ -30,9 +31,10 @@ from __future__ import annotations
 import collections
 import copy
 import os
+import re
 import threading
+import time
 import types
-import warnings
 import weakref
 
 import torch
@@ -400,6 +402,50 @@ def reset_op_counts(enable: bool | None = None) -> None:
         _count_ops = bool(enable)
 
 
+def _strtol(text: str | None) -> int | None:
+    """C's strtol(text, nullptr, 10) as torch_npu reads its options; None when unset."""
+    if text is None:
+        return None
+    match = re.match(r"\s*([+-]?\d+)", text)
+    return int(match.group(1)) if match else 0
+
+
+def _native_warning_printed() -> bool:
+    """Whether torch_npu's TORCH_NPU_WARN reaches stderr in this process.
+
+    torch_npu's OptionsManager::ShouldPrintWarning: TORCH_NPU_WARNING_DISABLE
+    (else TORCH_NPU_DISABLED_WARNING) equal to 1 silences it, and only rank 0
+    or no RANK prints; c10's logger then drops it below TORCH_CPP_LOG_LEVEL.
+    """
+    disabled = os.environ.get("TORCH_NPU_WARNING_DISABLE")
+    if disabled is None:
+        disabled = os.environ.get("TORCH_NPU_DISABLED_WARNING")
+    if _strtol(disabled) == 1:
+        return False
+    rank = _strtol(os.environ.get("RANK"))
+    if rank not in (None, 0, -1):
+        return False
+    level = os.environ.get("TORCH_CPP_LOG_LEVEL", "").upper()
+    return level not in ("2", "ERROR", "3", "FATAL")
+
+
+def _native_warn(message: str, function: str, file: str, line: int) -> None:
+    """What torch_npu's ``warn_`` does: not a Python warning but c10's base
+    WarningHandler, i.e. one c10 log line written by C++ straight to fd 2
+    (Python's warning filters, logging.captureWarnings and sys.stderr never see it)."""
+    if not _native_warning_printed():
+        return
+    now = time.time_ns()
+    tm = time.localtime(now // 1_000_000_000)
+    text = "[W%d %02d:%02d:%02d.%09d %s:%d] Warning: %s (function %s)\n" % (
+        tm.tm_mon * 100 + tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec, now % 1_000_000_000,
+        file, line, message, function)
+    try:
+        os.write(2, text.encode())
+    except OSError:
+        pass
+
+
 def _cpu_fallback(name: str) -> None:
     if os.environ.get("TORCH_NPU_FALLBACK_CPU_DISABLE", "") not in ("", "0"):
         raise RuntimeError(
@@ -411,12 +457,11 @@ def _cpu_fallback(name: str) -> None:
         first = name not in _fallback_warned
         _fallback_warned.add(name)
     if first:
-        # torch_npu's TORCH_WARN text, which Python sees as a UserWarning
-        warnings.warn(
+        # torch_npu's npu_cpu_fallback: TORCH_NPU_WARN once per op name
+        _native_warn(
             f"CAUTION: The operator '{name}' is not currently supported on the NPU backend and will "
             f"fall back to run on the CPU. This may have performance implications.",
-            UserWarning,
-            stacklevel=4,
+            "npu_cpu_fallback", "VariableFallbackKernel.cpp", 250,
         )
 
 

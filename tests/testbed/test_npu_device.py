@@ -6,6 +6,7 @@ here as its own test.  Kitchen checks run one child per kitchen release.
 """
 
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -204,9 +205,14 @@ class _Checks:
             torch.zeros(1, device="npu:3")
 
     # ---------------------------------------------------------------- fallback
-    def test_int_mm_falls_back_with_warning(self, monkeypatch, recwarn):
-        monkeypatch.delenv("TORCH_NPU_FALLBACK_CPU_DISABLE", raising=False)
+    def test_int_mm_falls_back_with_torch_npu_log_line(self, monkeypatch, recwarn, capfd):
+        # torch_npu's warn_ goes to c10's base WarningHandler: a C++ log line on
+        # fd 2, once per op, and no Python warning at all
+        for name in ("TORCH_NPU_FALLBACK_CPU_DISABLE", "TORCH_NPU_WARNING_DISABLE",
+                     "TORCH_NPU_DISABLED_WARNING", "RANK", "TORCH_CPP_LOG_LEVEL"):
+            monkeypatch.delenv(name, raising=False)
         nd.reset_cpu_fallbacks()
+        capfd.readouterr()
         a = torch.randint(-128, 128, (5, 24), dtype=torch.int8)
         b = torch.randint(-128, 128, (24, 7), dtype=torch.int8)
         for _ in range(3):
@@ -214,12 +220,33 @@ class _Checks:
         assert out.device.type == "npu" and out.dtype == torch.int32
         assert out.cpu().equal((a.long() @ b.long()).int())
         assert nd.cpu_fallbacks() == {"aten::_int_mm": 3}
-        msgs = [str(w.message) for w in recwarn.list if issubclass(w.category, UserWarning)]
-        want = ("CAUTION: The operator 'aten::_int_mm' is not currently supported on the NPU backend and will "
-                "fall back to run on the CPU. This may have performance implications.")
-        assert msgs.count(want) == 1
+        assert not [w for w in recwarn.list if "fall back" in str(w.message)]
+        lines = capfd.readouterr().err.splitlines()
+        assert len(lines) == 1, lines
+        assert re.fullmatch(
+            r"\[W\d{3,4} \d\d:\d\d:\d\d\.\d{9} VariableFallbackKernel\.cpp:\d+\] Warning: CAUTION: The operator "
+            r"'aten::_int_mm' is not currently supported on the NPU backend and will fall back to run on the "
+            r"CPU\. This may have performance implications\. \(function npu_cpu_fallback\)", lines[0]), lines
         nd.reset_cpu_fallbacks()
         assert nd.cpu_fallbacks() == {}
+
+    def test_torch_npu_log_line_switched_off(self, monkeypatch, capfd):
+        # torch_npu's ShouldPrintWarning (and c10's log level) keep it off the console
+        settings = [{"TORCH_NPU_WARNING_DISABLE": "1"}, {"TORCH_NPU_DISABLED_WARNING": "1"}, {"RANK": "3"},
+                    {"TORCH_CPP_LOG_LEVEL": "error"}]
+        for env in settings:
+            for name in ("TORCH_NPU_FALLBACK_CPU_DISABLE", "TORCH_NPU_WARNING_DISABLE",
+                         "TORCH_NPU_DISABLED_WARNING", "RANK", "TORCH_CPP_LOG_LEVEL"):
+                monkeypatch.delenv(name, raising=False)
+            for name, value in env.items():
+                monkeypatch.setenv(name, value)
+            nd.reset_cpu_fallbacks()
+            capfd.readouterr()
+            torch._int_mm(torch.ones(2, 8, dtype=torch.int8, device="npu"),
+                          torch.ones(8, 2, dtype=torch.int8, device="npu"))
+            assert nd.cpu_fallbacks() == {"aten::_int_mm": 1}, env
+            assert "fall back" not in capfd.readouterr().err, env
+        nd.reset_cpu_fallbacks()
 
     def test_fallback_can_be_disabled(self, monkeypatch):
         monkeypatch.setenv("TORCH_NPU_FALLBACK_CPU_DISABLE", "1")
