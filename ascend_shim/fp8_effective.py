@@ -9,8 +9,8 @@ while an NPU INT8 path serves those layers:
 - no shim backend at all and an NPU kernel for ``aten::_int_mm``, which
   comfy-kitchen's eager ``int8_linear`` then reaches.
 
-Without one (``ASCEND_SHIM_INT8=off``, ``ASCEND_SHIM_DISABLE=kitchen_int8,int_mm``,
-``upstream`` on a comfy-kitchen without an ``ascend`` backend, a failed
+Without one (``ASCEND_SHIM_DISABLE`` naming ``int_mm`` while ``ASCEND_SHIM_INT8=off``
+or ``kitchen_int8`` is disabled too, ``upstream`` on a comfy-kitchen without an ``ascend`` backend, a failed
 probe) every int8 matmul would run on torch_npu's CPU fallback or
 dequantized, so fp8 weights are decoded to bf16 instead, and the process
 says so once. Decided per call: the registry can change after startup.
@@ -128,8 +128,8 @@ def configured_gap(config, upstream_backend: bool) -> Optional[str]:
     """
     if config.fp8 != "int8":
         return None
-    if config.int8 == "off":
-        return "ASCEND_SHIM_INT8=off"
+    if config.int8 == "off" and config.patch_disabled(INT_MM_PATCH):
+        return "ASCEND_SHIM_INT8=off and ASCEND_SHIM_DISABLE naming %s" % INT_MM_PATCH
     if config.patch_disabled(KITCHEN_PATCH) and config.patch_disabled(INT_MM_PATCH):
         return "ASCEND_SHIM_DISABLE naming %s and %s" % (KITCHEN_PATCH, INT_MM_PATCH)
     if config.int8 == "upstream" and not upstream_backend and not config.patch_disabled(KITCHEN_PATCH):

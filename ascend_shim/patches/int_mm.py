@@ -4,15 +4,17 @@ torch_npu has no ``_int_mm`` kernel, so comfy-kitchen's eager INT8 paths
 (``int8_linear``, ``mm_int8``, W4A8), ComfyUI and custom nodes reach its CPU
 fallback. The patch registers the shim's exact on-device kernel for the NPU's
 dispatch key when torch_npu loads, unless torch_npu has its own.
+
+It is the safety net under every INT8 policy: ``ASCEND_SHIM_INT8`` only
+orders comfy-kitchen's backends (``off`` registers none, so eager runs and
+reaches this kernel). Only ``ASCEND_SHIM_DISABLE=int_mm`` removes it.
 """
 
-from ascend_shim import _config, versions
+from ascend_shim import versions
 from ascend_shim.patching import Patch
 
 
 def guard(torch_npu):
-    if _config.get().int8 == "off":
-        return "ASCEND_SHIM_INT8=off"
     from ascend_shim._npu import npu_reason
 
     reason = npu_reason()

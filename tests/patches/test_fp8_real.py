@@ -50,7 +50,7 @@ def test_int8_form_requantizes_linear_and_decodes_lookup_tables_and_experts(bed_
 
 
 @pytest.mark.parametrize("env, why", [
-    ({"ASCEND_SHIM_INT8": "off"}, "ASCEND_SHIM_INT8=off"),
+    ({"ASCEND_SHIM_INT8": "off", "ASCEND_SHIM_DISABLE": "int_mm"}, "ASCEND_SHIM_INT8=off"),
     ({"ASCEND_SHIM_DISABLE": BOTH_OFF}, "ASCEND_SHIM_DISABLE names kitchen_int8 and int_mm"),
 ])
 def test_fp8_int8_without_an_npu_int8_path_is_bf16_said_once(bed_python, tmp_path, env, why):
@@ -90,14 +90,14 @@ def matrix(bed_python, tmp_path_factory):
 def int8_path_expected(combo):
     """An NPU INT8 path: the shim's kitchen backend (not under upstream without upstream's own
     backend, which 0.2.27 lacks), or comfy-kitchen's eager reaching the shim's _int_mm kernel."""
-    if combo["int8"] == "off" or combo["disable"] == BOTH_OFF:
+    if (combo["int8"] == "off" and "int_mm" in combo["disable"]) or combo["disable"] == BOTH_OFF:
         return False
     return combo["int8"] != "upstream" or "kitchen_int8" in combo["disable"]
 
 
 def every_int8_fix_off(combo, layer):
     """The combinations where the user switched off every shim path that keeps ``layer`` on the NPU."""
-    if combo["int8"] == "off" or combo["disable"] == BOTH_OFF:
+    if (combo["int8"] == "off" and "int_mm" in combo["disable"]) or combo["disable"] == BOTH_OFF:
         return True
     # upstream registers only the int8_linear fallback: W4A8 goes to eager, whose _int_mm needs the int_mm patch
     return layer == "w4a8" and combo["int8"] == "upstream" and combo["disable"] == "int_mm"
@@ -117,7 +117,8 @@ def test_no_policy_combination_puts_fp8_layers_on_the_cpu(matrix):
             form = "int8" if combo["fp8"] == "int8" and int8_path_expected(combo) else "bf16"
             assert combo["fp8_report"]["form"] == form, (label, combo["fp8_report"])
             assert layer["weights"] == {"%s@npu" % ("int8" if form == "int8" else "bfloat16"): 1}, (label, name, layer)
-            assert layer["quant_matmul"] == (1 if form == "int8" and "kitchen_int8" not in combo["disable"] else 0)
+            kitchen_serves = "kitchen_int8" not in combo["disable"] and combo["int8"] != "off"
+            assert layer["quant_matmul"] == (1 if form == "int8" and kitchen_serves else 0), (label, name, layer)
 
 
 def test_int8_and_w4a8_layers_stay_on_the_npu_while_an_int8_fix_is_on(matrix):
@@ -131,7 +132,7 @@ def test_int8_and_w4a8_layers_stay_on_the_npu_while_an_int8_fix_is_on(matrix):
                                                                              combo["disable"], name, layer)
             assert layer["cos"] >= 0.99
             checked += 1
-    assert checked == 60  # 36 combinations x 2 layers, less W4A8 under fp8 off (9) and upstream+int_mm (3)
+    assert checked == 74  # 44 combinations x 2 layers, less W4A8 under fp8 off (11) and upstream+int_mm (3)
 
 
 @pytest.mark.xfail(strict=True, reason="ASCEND_SHIM_INT8=off / disabling kitchen_int8 and int_mm leaves "
