@@ -168,7 +168,7 @@ def test_unknown_options_go_to_eager_logged_once(kitchen_run, version):
 
 @pytest.mark.parametrize("version", VERSIONS)
 def test_capability_is_probed_once_before_the_first_call(kitchen_run, version):
-    """The first call pays for the probe (one tiny call of each op per output dtype and
+    """The first call pays for the probe (one small call of each op per output dtype and
     bias: 4 + 4 kernels), the user's own call is then the usual 2 kernels, and no call after
     that probes again."""
     result = kitchen_run(version, "bad", ASCEND_SHIM_INT8="shim")
