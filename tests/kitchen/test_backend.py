@@ -299,7 +299,8 @@ def test_switched_off_the_int_mm_cpu_fallback_is_back(kitchen_run, version):
 def test_report_counts_calls(kitchen_run):
     result = kitchen_run("0.2.26", "bad", ASCEND_SHIM_INT8="shim")
     calls = result["report"]["calls"]
-    assert calls["npu_quant"] >= 2 and calls["fallback"] >= 5
+    served = sum(case.get("served_fallback", 0) for case in result["cases"])
+    assert calls["npu_quant"] >= 2 and calls["fallback"] >= served >= 4
     assert {"x", "weight", "weight_scale", "bias"} <= set(calls["declined"])
     assert result["report"]["npu_int8_served"] is True
     json.dumps(result["report"])
