@@ -4,11 +4,13 @@
 ``npu_quant_matmul``. It accepts only calls the op can take (``contract``)
 on a stack that can run it (``capability``); the rest go on down
 comfy-kitchen's priority list, where ``ascend_shim_fallback`` sits before
-eager and serves every remaining call on NPU tensors with a float linear on
-the device, so eager's ``torch._int_mm`` is never reached for options the
-shim knows. Options it does not know go to eager, whose ``_int_mm`` runs on
-the device through the shim's ``int_mm`` kernel. Registration and priority
-live in ``registration``.
+eager and serves the remaining calls on NPU tensors whose answer it shares
+with eager (``contract.fallback_check``) with a float linear on the device.
+Both accept no parameter eager refuses (eager's declared constraints, read
+from the registry). Everything else (unknown options, empty input, operands
+on another device, eager's own errors) goes to eager, whose ``_int_mm`` runs
+on the device through the shim's ``int_mm`` kernel. Registration and
+priority live in ``registration``.
 """
 
 import inspect
@@ -92,7 +94,7 @@ class KitchenFeatures:
         self.call_rules = "call_rules" in getattr(FunctionConstraints, "__dataclass_fields__", {})
 
 
-def npu_constraints(features, params, rule=None, eager=None):
+def npu_constraints(features, params: dict, rule=None, eager=None):
     """``FunctionConstraints`` for NPU tensors, with ``rule`` where kitchen has call rules (0.2.23+).
 
     ``eager``: eager's ``FunctionConstraints`` for the same function; the
@@ -106,7 +108,7 @@ def npu_constraints(features, params, rule=None, eager=None):
     return FunctionConstraints(params=params, default_devices=frozenset({"npu"}), **extra)
 
 
-def within(eager_params, own_params):
+def within(eager_params: dict, own_params: dict) -> dict:
     """Parameter constraints that accept no more than eager's and no more than ours.
 
     Per parameter: the dtypes both allow, both sets of shape rules. Only x
@@ -190,7 +192,7 @@ class Int8Backend:
             declined = ("__rule__", "%s: %s" % (type(exc).__name__, exc))
         return _verdict(declined)
 
-    def fallback_decline(self, call):
+    def fallback_decline(self, call: contract.Int8LinearCall):
         """None when the fallback gives eager's answer, else ``(param, reason)``: eager serves."""
         unknown = call.unknown_options()
         if unknown:

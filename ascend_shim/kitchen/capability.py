@@ -96,7 +96,7 @@ def probe_operands():
     return x.float(), weight, scale, bias
 
 
-def probe_expected(x, weight, scale, bias):
+def probe_expected(x, weight, scale, bias) -> tuple:
     """The probe's exact answer in float64, and the size of its terms (for the tolerance)."""
     x = x.double()
     rowmax = x.abs().amax(dim=-1, keepdim=True)
@@ -112,7 +112,7 @@ COMBINATIONS = tuple((out_dtype, with_bias) for out_dtype in (torch.float16, tor
                      for with_bias in (False, True))
 
 
-def _device_view(x, device, dtype):
+def _device_view(x: torch.Tensor, device, dtype: torch.dtype) -> torch.Tensor:
     """``x`` on ``device`` as a strided view with a storage offset, as sliced activations come."""
     rows, cols = x.shape
     backing = torch.full((rows + PAD_ROWS, cols + PAD_COLS), 100.0)

@@ -226,7 +226,7 @@ def check(call, input_acts, max_dim=int8_math.MAX_QUANT_MATMUL_DIM):
     return None
 
 
-def fallback_check(call, input_acts):
+def fallback_check(call: Int8LinearCall, input_acts: frozenset) -> Optional[tuple]:
     """Accept (None) a call whose answer the float fallback shares with eager, or
     decline ``(param, reason)``.
 

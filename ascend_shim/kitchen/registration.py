@@ -58,7 +58,7 @@ def _device_params():
     return {"x": ParamConstraint()}
 
 
-def _eager(backend, function):
+def _eager(backend, function: str):
     """eager's declared constraints for ``function``: the shim's backends accept no more."""
     return backend.registry.constraints("eager", function)
 
