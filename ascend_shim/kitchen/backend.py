@@ -4,11 +4,13 @@
 ``npu_quant_matmul``. It accepts only calls the op can take (``contract``)
 on a stack that can run it (``capability``); the rest go on down
 comfy-kitchen's priority list, where ``ascend_shim_fallback`` sits before
-eager and serves every remaining call on NPU tensors with a float linear on
-the device, so eager's ``torch._int_mm`` is never reached for options the
-shim knows. Options it does not know go to eager, whose ``_int_mm`` runs on
-the device through the shim's ``int_mm`` kernel. Registration and priority
-live in ``registration``.
+eager and serves the remaining calls on NPU tensors whose answer it shares
+with eager (``contract.fallback_check``) with a float linear on the device.
+Both accept no parameter eager refuses (eager's declared constraints, read
+from the registry). Everything else (unknown options, empty input, operands
+on another device, eager's own errors) goes to eager, whose ``_int_mm`` runs
+on the device through the shim's ``int_mm`` kernel. Registration and
+priority live in ``registration``.
 """
 
 import inspect
@@ -92,12 +94,39 @@ class KitchenFeatures:
         self.call_rules = "call_rules" in getattr(FunctionConstraints, "__dataclass_fields__", {})
 
 
-def npu_constraints(features, params, rule=None):
-    """``FunctionConstraints`` for NPU tensors, with ``rule`` where kitchen has call rules (0.2.23+)."""
+def npu_constraints(features, params: dict, rule=None, eager=None):
+    """``FunctionConstraints`` for NPU tensors, with ``rule`` where kitchen has call rules (0.2.23+).
+
+    ``eager``: eager's ``FunctionConstraints`` for the same function; the
+    result then accepts no parameter eager refuses (``within``).
+    """
     from comfy_kitchen.constraints import FunctionConstraints
 
+    if eager is not None:
+        params = within(eager.params, params)
     extra = {"call_rules": (rule,)} if rule is not None and features.call_rules else {}
     return FunctionConstraints(params=params, default_devices=frozenset({"npu"}), **extra)
+
+
+def within(eager_params: dict, own_params: dict) -> dict:
+    """Parameter constraints that accept no more than eager's and no more than ours.
+
+    Per parameter: the dtypes both allow, both sets of shape rules. Only x
+    is device-checked (NPU) here: an operand on another device is declined
+    by the call rule (or forwarded), so that eager decides what such a
+    call does, as its release does on every device.
+    """
+    from comfy_kitchen.constraints import ParamConstraint
+
+    params = {}
+    for name in set(eager_params) | set(own_params):
+        theirs, ours = eager_params.get(name), own_params.get(name)
+        dtype_sets = [c.dtypes for c in (theirs, ours) if c is not None and c.dtypes is not None]
+        dtypes = frozenset.intersection(*map(frozenset, dtype_sets)) if dtype_sets else None
+        rules = tuple(rule for c in (theirs, ours) if c is not None for rule in c.shape_rules)
+        params[name] = ParamConstraint(dtypes=dtypes, shape_rules=rules,
+                                       devices=None if name == "x" else frozenset({"*"}))
+    return params
 
 
 class Int8Backend:
@@ -156,12 +185,19 @@ class Int8Backend:
         return _verdict(declined)
 
     def fallback_rule(self, kwargs):
-        unknown = contract.unknown_options({k: v for k, v in kwargs.items()
-                                            if k not in contract.NEUTRAL and k not in contract.REQUIRED})
+        try:
+            call = int8_linear_call(**kwargs)
+            declined = self.fallback_decline(call)
+        except Exception as exc:  # a rule must never raise
+            declined = ("__rule__", "%s: %s" % (type(exc).__name__, exc))
+        return _verdict(declined)
+
+    def fallback_decline(self, call: contract.Int8LinearCall):
+        """None when the fallback gives eager's answer, else ``(param, reason)``: eager serves."""
+        unknown = call.unknown_options()
         if unknown:
             self._report_unknown(unknown)
-            return _verdict((unknown[0], "option unknown to ascend_shim: eager serves it"))
-        return _verdict(None)
+        return contract.fallback_check(call, self.features.input_acts)
 
     # -- ascend_shim -----------------------------------------------------
     def int8_linear(self, *args, **kwargs):
@@ -211,44 +247,17 @@ class Int8Backend:
         return self.serve_fallback(int8_linear_call(*args, **kwargs))
 
     def serve_fallback(self, call):
-        unknown = call.unknown_options()
-        if unknown:
-            self._report_unknown(unknown)
+        if self.fallback_decline(call):
+            # eager answers (or raises) as it does on the CPU; before kitchen 0.2.23
+            # (no call rules) and from the entry points that adapt their arguments
             return self.to_eager("int8_linear", call.kwargs())
         x = self.activate(call.x, call.input_act, call.input_act_weight, call.input_act_eps)
-        weight, scale, bias = self._fallback_operands(call, x)
         if call.convrot:
-            if x.shape[-1] % call.convrot_groupsize:
-                raise ValueError("ConvRot group size %d does not divide input features %d"
-                                 % (call.convrot_groupsize, x.shape[-1]))
             x = self.rotate(x, call.convrot_groupsize)
-        out = int8_math.dequantized_linear(x, weight, scale, bias, call.dtype)
+        scale = int8_math.flat_weight_scale(call.weight_scale)
+        out = int8_math.dequantized_linear(x, call.weight, scale, call.bias, call.dtype)
         COUNTERS.add("fallback")
         return int8_math.apply_residual(out, call.residual, call.residual_scale)
-
-    @staticmethod
-    def _fallback_operands(call, x):
-        """Weight, flat fp32 scale and bias on x's device; eager's errors for bad ones."""
-        weight = call.weight
-        if weight.dtype != torch.int8 or weight.dim() != 2:
-            raise ValueError("int8_linear needs a 2-D int8 weight, got %s %s"
-                             % (weight.dtype, tuple(weight.shape)))
-        if x.shape[-1] != weight.shape[-1]:
-            raise ValueError("Input and weight inner dimensions must match, got %d and %d"
-                             % (x.shape[-1], weight.shape[-1]))
-        n = weight.shape[0]
-        scale = int8_math.flat_weight_scale(call.weight_scale.to(device=x.device))
-        if scale.numel() not in (1, n):
-            raise ValueError(
-                "INT8 weight scale must be scalar or per-output-channel, got %s for weight shape %s"
-                % (tuple(call.weight_scale.shape), tuple(weight.shape)))
-        bias = call.bias
-        if bias is not None and bias.numel() != n:
-            # eager's bias.reshape(1, -1) add fails the same way, as a RuntimeError
-            raise RuntimeError("int8_linear bias must have %d elements (the weight's N), got shape %s"
-                               % (n, tuple(bias.shape)))
-        return (weight.to(device=x.device), scale,
-                None if bias is None else bias.to(device=x.device))
 
     def modulated(self, x, modulation_scale, weight, weight_scale, bias=None, out_dtype=None,
                   convrot=False, convrot_groupsize=256, **extra):

@@ -4,9 +4,12 @@ Two steps:
   1. when the backend is registered: both ops exist, and
      ``npu_quant_matmul`` takes the keywords the path passes (read from its
      schema or Python signature where it has one);
-  2. at first use: one tiny known-good ``npu_dynamic_quant`` +
-     ``npu_quant_matmul`` call per output dtype and bias, whose exact answer
-     is known, on the device of the call that asked.
+  2. at first use: one small ``npu_dynamic_quant`` + ``npu_quant_matmul``
+     call per output dtype and bias, whose exact answer is known, on the
+     device of the call that asked. Every term of its answer matters (row
+     maxima, per-token and per-channel scales, a bias of the product's size,
+     a zero row, a strided x, shapes off the kernels' tiles), so a device
+     that is wrong about any of them fails it.
 A combination that fails its probe is declined for the rest of the
 process; a call that fails later is that call's problem (an input the
 contract let through), not the stack's.
@@ -59,54 +62,89 @@ def static_problem(ops):
     return None
 
 
-# -- the probe: a tiny call whose exact answer is known ------------------------
+# -- the probe: one small call whose exact answer is known -------------------
 
-PROBE_M, PROBE_K, PROBE_N = 2, 32, 16
+# odd M past the 128- to 1024-row tiles; K and N off the 16-grid
+PROBE_M, PROBE_K, PROBE_N = 1031, 40, 20
+ZERO_ROW = 2
+# x is passed as a view of a larger tensor: a row offset and a wider row stride
+PAD_ROWS, PAD_COLS = 1, 8
 
 
 def probe_operands():
-    """CPU tensors (x, weight, scale, bias) of the probe, exact in fp16 and bf16.
+    """CPU tensors (x, weight, scale, bias) of the probe, every term of which matters.
 
-    Every row of x holds integers with |max| = 127, so per-token quantization
-    is exact (scale 1, codes = x); the weight scales are powers of two.
+    Row m of x is ``v[m] * 2**-e[m]`` with e in {1, 2, 3} and |v| = 127 at
+    one column, so per-token quantization is exact: scale ``2**-e[m]`` (the
+    row maxima differ; dropping the scale is wrong by 2x to 8x) and codes
+    ``round(v)``, where every other v is an integer plus 1/4 or 3/4 (no
+    ties; truncation differs). Row ``ZERO_ROW`` is zero. The weight scales
+    are distinct powers of two per channel, the bias is of the size of the
+    product. All of it is exact in fp16 and bf16.
     """
-    x = (torch.arange(PROBE_M * PROBE_K).reshape(PROBE_M, PROBE_K) * 7 % 255 - 127).float()
-    x[:, 0] = 127.0
-    weight = (torch.arange(PROBE_N * PROBE_K).reshape(PROBE_N, PROBE_K) * 11 % 255 - 127).to(torch.int8)
+    rows = torch.arange(PROBE_M).reshape(-1, 1)
+    cols = torch.arange(PROBE_K).reshape(1, -1)
+    v = ((rows * 7 + cols * 13) % 126 - 63).double() + torch.where((rows + cols) % 2 == 0, 0.25, 0.75)
+    v[torch.arange(PROBE_M), (torch.arange(PROBE_M) * 5) % PROBE_K] = torch.where(
+        torch.arange(PROBE_M) % 2 == 0, 127.0, -127.0).double()
+    x = v * 2.0 ** -(1 + torch.arange(PROBE_M) % 3).double().reshape(-1, 1)
+    x[ZERO_ROW] = 0
+    weight = ((torch.arange(PROBE_N).reshape(-1, 1) * 11 + torch.arange(PROBE_K) * 5) % 255
+              - 127).to(torch.int8)
     scale = 2.0 ** -(8 + torch.arange(PROBE_N) % 4).float()
-    bias = (torch.arange(PROBE_N).float() - 8) / 4
-    return x, weight, scale, bias
+    bias = ((torch.arange(PROBE_N) * 7) % 20 - 10).float() / 2 + 0.25
+    return x.float(), weight, scale, bias
 
 
-def probe_expected(x, weight, scale, bias):
-    """The probe's answer in float64."""
-    out = (x.double() @ weight.double().t()) * scale.double()
-    return out if bias is None else out + bias.double()
+def probe_expected(x, weight, scale, bias) -> tuple:
+    """The probe's exact answer in float64, and the size of its terms (for the tolerance)."""
+    x = x.double()
+    rowmax = x.abs().amax(dim=-1, keepdim=True)
+    pertoken = rowmax / 127
+    codes = torch.round(x / torch.where(rowmax > 0, pertoken, torch.ones_like(pertoken)))
+    product = (codes @ weight.double().t()) * scale.double() * pertoken
+    if bias is None:
+        return product, product.abs()
+    return product + bias.double(), product.abs() + bias.double().abs()
 
 
 COMBINATIONS = tuple((out_dtype, with_bias) for out_dtype in (torch.float16, torch.bfloat16)
                      for with_bias in (False, True))
 
 
+def _device_view(x: torch.Tensor, device, dtype: torch.dtype) -> torch.Tensor:
+    """``x`` on ``device`` as a strided view with a storage offset, as sliced activations come."""
+    rows, cols = x.shape
+    backing = torch.full((rows + PAD_ROWS, cols + PAD_COLS), 100.0)
+    backing[PAD_ROWS:, :cols] = x
+    return backing.to(device=device, dtype=dtype)[PAD_ROWS:, :cols]
+
+
 def probe(ops, device, out_dtype, with_bias):
     """None when the probe call gives the known answer, else what went wrong.
 
     x goes in as ``out_dtype``; the bias, as the INT8 path passes it, too.
+    Every element must be within the output dtype's rounding of the answer.
     """
     from ascend_shim.kitchen import int8_math
 
     x, weight, scale, bias = probe_operands()
     bias = bias if with_bias else None
-    expected = probe_expected(x, weight, scale, bias)
+    expected, terms = probe_expected(x, weight, scale, bias)
     out = int8_math.npu_quant_linear(
-        x.to(device=device, dtype=out_dtype), weight.to(device), scale.to(device),
+        _device_view(x, device, out_dtype), weight.to(device), scale.to(device),
         None if bias is None else bias.to(device=device, dtype=out_dtype), out_dtype, ops)
     if tuple(out.shape) != (PROBE_M, PROBE_N) or out.dtype != out_dtype:
         return "returned %s %s, expected %s (%d, %d)" % (out.dtype, tuple(out.shape), out_dtype,
                                                          PROBE_M, PROBE_N)
-    error = (out.cpu().double() - expected).abs().max().item()
-    if not error <= 1e-2 * expected.abs().max().item():
-        return "returned a wrong result (max error %g)" % error
+    # one rounding to out_dtype, plus fp32 rounding of the terms
+    tolerance = torch.finfo(out_dtype).eps * expected.abs() + 2.0 ** -20 * terms
+    got = out.cpu().double()
+    wrong = ~((got - expected).abs() <= tolerance)  # NaN counts as wrong
+    if wrong.any():
+        m, n = (int(i) for i in wrong.nonzero()[0])
+        return "returned a wrong result (%d of %d values off; [%d, %d] = %g, expected %g)" % (
+            int(wrong.sum()), wrong.numel(), m, n, got[m, n].item(), expected[m, n].item())
     return None
 
 

@@ -32,6 +32,8 @@ NEUTRAL = {
 }
 REQUIRED = ("x", "weight", "weight_scale")
 DEFAULT_OUT_DTYPE = torch.bfloat16
+# output dtypes whose rounding the float fallback shares with eager (None: eager's default)
+FALLBACK_OUT_DTYPES = (None, torch.float16, torch.bfloat16, torch.float32)
 
 
 @dataclasses.dataclass
@@ -123,7 +125,7 @@ def _check_x(x):
 
 
 def _check_weight(weight):
-    if weight.dtype != torch.int8 or weight.dim() != 2:
+    if not isinstance(weight, torch.Tensor) or weight.dtype != torch.int8 or weight.dim() != 2:
         return ("weight", "needs a 2-D int8 tensor, got %s %s" % (weight.dtype, list(weight.shape)))
     if 0 in weight.shape:
         return ("weight", "empty shape %s" % list(weight.shape))
@@ -140,7 +142,7 @@ def _check_activation(call, input_acts, k_weight):
         return ("x", "%s needs an even last dim, got %d" % (input_act, k_in)), None
     if input_act == "rms_norm":
         act_weight = call.input_act_weight
-        if act_weight is None or tuple(act_weight.shape) != (k_in,):
+        if not isinstance(act_weight, torch.Tensor) or tuple(act_weight.shape) != (k_in,):
             return ("input_act_weight", "rms_norm needs a (%d,) weight" % k_in), None
     k = k_in // width
     if k != k_weight:
@@ -150,11 +152,13 @@ def _check_activation(call, input_acts, k_weight):
 
 def _check_scale_and_bias(call, n):
     scale = call.weight_scale
-    if not scale.dtype.is_floating_point or prod(scale.shape) not in (1, n):
+    if (not isinstance(scale, torch.Tensor) or not scale.dtype.is_floating_point
+            or prod(scale.shape) not in (1, n)):
         return ("weight_scale", "needs a float scale of 1 or %d elements" % n)
     bias = call.bias
     # eager adds bias.reshape(1, -1): any shape of N elements means the same
-    if bias is not None and (not bias.dtype.is_floating_point or prod(bias.shape) != n):
+    if bias is not None and (not isinstance(bias, torch.Tensor) or not bias.dtype.is_floating_point
+                             or prod(bias.shape) != n):
         return ("bias", "needs a float bias of %d elements, got %s" % (n, list(bias.shape)))
     return None
 
@@ -163,8 +167,8 @@ def _check_residual(call, n):
     residual, residual_scale = call.residual, call.residual_scale
     if residual is None:
         return None
-    if residual_scale is None:
-        return ("residual_scale", "required with residual")
+    if not isinstance(residual, torch.Tensor) or not isinstance(residual_scale, torch.Tensor):
+        return ("residual_scale", "residual needs a residual_scale tensor")
     out_shape = tuple(call.x.shape[:-1]) + (n,)
     try:
         fits = torch.broadcast_shapes(residual.shape, residual_scale.shape, out_shape) == out_shape
@@ -220,3 +224,35 @@ def check(call, input_acts, max_dim=int8_math.MAX_QUANT_MATMUL_DIM):
     if k > max_dim or n > max_dim:
         return ("weight", "K=%d, N=%d over the quant matmul limit %d" % (k, n, max_dim))
     return None
+
+
+def fallback_check(call: Int8LinearCall, input_acts: frozenset) -> Optional[tuple]:
+    """Accept (None) a call whose answer the float fallback shares with eager, or
+    decline ``(param, reason)``.
+
+    Declined calls (empty or 0-d x, a bias or scale eager broadcasts, an
+    integer output dtype, operands on another device than x, a bad shape or
+    option) go to eager itself, which answers or raises as it does on the
+    CPU (and moves operands between devices, or not, as its release does).
+    Dtypes are not checked here: the fallback's declared constraints are eager's.
+    """
+    unknown = call.unknown_options()
+    if unknown:
+        return (unknown[0], "option unknown to ascend_shim")
+    x = call.x
+    if not isinstance(x, torch.Tensor) or x.dim() < 1 or 0 in x.shape:
+        return ("x", "not a non-empty tensor of 1+ dims")
+    for name in ("weight", "weight_scale", "bias", "input_act_weight", "residual", "residual_scale"):
+        declined = _on_device(name, getattr(call, name), x.device)
+        if declined:
+            return declined
+    if call.out_dtype not in FALLBACK_OUT_DTYPES:
+        return ("out_dtype", "%r: eager's own rounding" % (call.out_dtype,))
+    declined = _check_weight(call.weight)
+    if declined:
+        return declined
+    n, k_weight = call.weight.shape
+    declined, k = _check_activation(call, input_acts, k_weight)
+    if declined:
+        return declined
+    return _check_scale_and_bias(call, n) or _check_residual(call, n) or _check_convrot(call, k)

@@ -52,27 +52,36 @@ def _quant_params():
 
 
 def _device_params():
-    """Only x is device-checked: a CPU weight with NPU x must not fall to eager."""
+    """Only x is device-checked (see ``backend.within``); dtypes are eager's."""
     from comfy_kitchen.constraints import ParamConstraint
 
     return {"x": ParamConstraint()}
 
 
+def _eager(backend, function: str):
+    """eager's declared constraints for ``function``: the shim's backends accept no more."""
+    return backend.registry.constraints("eager", function)
+
+
 def int8_quant_entry(backend):
-    return backend.int8_linear, npu_constraints(backend.features, _quant_params(), backend.quant_rule)
+    return backend.int8_linear, npu_constraints(backend.features, _quant_params(), backend.quant_rule,
+                                                _eager(backend, "int8_linear"))
 
 
 def int8_fallback_entry(backend):
     return (backend.fallback_int8_linear,
-            npu_constraints(backend.features, _device_params(), backend.fallback_rule))
+            npu_constraints(backend.features, _device_params(), backend.fallback_rule,
+                            _eager(backend, "int8_linear")))
 
 
 def modulated_entry(backend):
-    return backend.modulated, npu_constraints(backend.features, _device_params())
+    return backend.modulated, npu_constraints(backend.features, _device_params(),
+                                              eager=_eager(backend, "int8_linear_modulated"))
 
 
 def rms_modulated_entry(backend):
-    return backend.rms_modulated, npu_constraints(backend.features, _device_params())
+    return backend.rms_modulated, npu_constraints(backend.features, _device_params(),
+                                                  eager=_eager(backend, "int8_linear_rms_modulated"))
 
 
 @dataclasses.dataclass(frozen=True)

@@ -50,6 +50,10 @@ class KitchenRegistry:
     def implementation(self, function, backend):
         return self.registry.get_implementation(function, backend=backend)
 
+    def constraints(self, backend: str, function: str):
+        """The ``FunctionConstraints`` ``backend`` declared for ``function``, or None."""
+        return self.registry.get_constraints(backend, function)
+
     def set_priority(self, order):
         self.registry.set_priority(list(order))
 

@@ -122,7 +122,7 @@ def check_packed_call(kw, input_acts):
     if kw.get("correction") is not None:
         return ("correction", "float correction: eager's float path serves it")
     out_dtype = kw.get("out_dtype", NEUTRAL["out_dtype"])
-    if out_dtype is not None and out_dtype not in int8_math.QUANT_DTYPES:
+    if out_dtype not in int8_math.QUANT_DTYPES:  # None: eager's own default, which varies
         return ("out_dtype", "%s (needs float16/bfloat16)" % (out_dtype,))
     if kw.get("input_act") not in input_acts:
         return ("input_act", "%r not supported by this comfy-kitchen" % (kw.get("input_act"),))
@@ -323,24 +323,26 @@ def bound_to(backend):
     return impl
 
 
-def _constraints(rule):
-    from comfy_kitchen.constraints import FunctionConstraints, ParamConstraint
+def _constraints(backend, function, rule):
+    from comfy_kitchen.constraints import ParamConstraint
+
+    from ascend_shim.kitchen.backend import npu_constraints
 
     x_param = {"x": ParamConstraint(dtypes=frozenset(int8_math.QUANT_DTYPES))}
-    return FunctionConstraints(params=x_param, default_devices=frozenset({"npu"}),
-                               call_rules=(rule,))
+    return npu_constraints(backend.features, x_param, rule,
+                           backend.registry.constraints("eager", function))
 
 
 def linear_entry(backend):
     """``(implementation, FunctionConstraints)`` of ``w4a8_int8_linear`` (kitchen 0.2.27+)."""
     impl = bound_to(backend)
-    return impl.linear, _constraints(impl.call_rule)
+    return impl.linear, _constraints(backend, LINEAR, impl.call_rule)
 
 
 def packed_entry(backend):
     """``(implementation, FunctionConstraints)`` of ``w4a8_packed_linear`` (kitchen 0.2.40+)."""
     impl = bound_to(backend)
-    return impl.packed_linear, _constraints(impl.packed_call_rule)
+    return impl.packed_linear, _constraints(backend, PACKED, impl.packed_call_rule)
 
 
 def report():

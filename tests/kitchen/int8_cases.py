@@ -378,9 +378,9 @@ def bad_cases():
          weight_scale=big_scale.to(NPU))
     case("bias-1-1-n", xb, bias=torch.randn(1, 1, n).to(torch.bfloat16).to(NPU))
     case("int-bias", xb, bias=torch.randint(-4, 5, (n,), dtype=torch.int32).to(NPU))
-    # a CPU weight is declined, so the fallback computes it; 127 * 1000 overflows fp16
-    case("fallback-fp16-x-scale-1000", x.to(torch.float16).to(NPU), weight=q.cpu(),
-         weight_scale=torch.full((n, 1), 1000.0))
+    # a 1-D x is declined by the INT8 path, so the fallback computes it; 127 * 1000 overflows fp16
+    case("fallback-fp16-x-scale-1000", x[0].to(torch.float16).to(NPU),
+         weight_scale=torch.full((n, 1), 1000.0).to(NPU))
     with future_kitchen(), warnings_counted("unknown to this ascend_shim") as seen:
         case("unknown-keyword", xb, future_option=3)
         case("unknown-keyword-again", xb, future_option=3)

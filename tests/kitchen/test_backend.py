@@ -127,16 +127,24 @@ def test_bad_inputs_never_give_a_wrong_number_or_a_cpu_fallback(kitchen_run, ver
             assert case["cos"] >= 0.99995 and case["rel_mae"] <= 0.01, case
             assert case["finite"] is True, name
     # served on the device by the dequantized fallback, with the right result
-    for name in ("fp32-x", "empty-input", "cpu-weight", "1d-x", "k-over-65535", "int-bias",
-                 "fallback-fp16-x-scale-1000"):
+    for name in ("fp32-x", "1d-x", "k-over-65535", "fallback-fp16-x-scale-1000"):
         assert "error" not in cases[name], cases[name]
         assert cases[name]["served_fallback"] == 1 and cases[name]["quant_matmul"] == 0, name
-    assert cases["empty-input"]["shape"] == [0, 64]
     assert cases["1d-x"]["shape"] == [64]
-    # genuinely invalid: a clear error of the kind eager raises, computed nowhere
-    assert cases["k-mismatch"]["error"].startswith("ValueError: Input and weight inner dimensions")
-    assert cases["scale-wrong-size"]["error"].startswith("ValueError: INT8 weight scale")
-    assert cases["bias-wrong-size"]["error"].startswith("RuntimeError: int8_linear bias must have 64")
+    # what eager refuses or answers its own way is eager's (test_parity.py): the shim
+    # computes none of it; an int32 bias is refused at selection, as on the CPU
+    for name in ("empty-input", "cpu-weight", "int-bias", "k-mismatch", "scale-wrong-size",
+                 "bias-wrong-size"):
+        assert cases[name]["served_fallback"] == 0 and cases[name]["quant_matmul"] == 0, name
+    assert cases["int-bias"]["error"].startswith("NoCapableBackendError")
+    assert "error" in cases["empty-input"]  # eager's torch.cat of no chunks
+    # genuinely invalid: eager's own error, computed nowhere
+    # (kitchen 0.2.11's eager checks neither K nor the scale: _int_mm's and torch's errors)
+    assert cases["k-mismatch"]["error"].startswith(("ValueError: Input and weight inner dimensions",
+                                                    "RuntimeError: _int_mm: self.size(1) needs to match"))
+    assert cases["scale-wrong-size"]["error"].startswith(("ValueError: INT8 weight scale",
+                                                          "RuntimeError: The size of tensor a (64)"))
+    assert cases["bias-wrong-size"]["error"].startswith("RuntimeError: ")
     # accepted as they are: the INT8 path copes (a bias of N elements is eager's reshape(1, -1))
     for name in ("non-contiguous-x", "bf16-weight-scale", "bias-1-1-n"):
         assert_on_device(cases[name])
@@ -168,7 +176,7 @@ def test_unknown_options_go_to_eager_logged_once(kitchen_run, version):
 
 @pytest.mark.parametrize("version", VERSIONS)
 def test_capability_is_probed_once_before_the_first_call(kitchen_run, version):
-    """The first call pays for the probe (one tiny call of each op per output dtype and
+    """The first call pays for the probe (one small call of each op per output dtype and
     bias: 4 + 4 kernels), the user's own call is then the usual 2 kernels, and no call after
     that probes again."""
     result = kitchen_run(version, "bad", ASCEND_SHIM_INT8="shim")
@@ -291,7 +299,8 @@ def test_switched_off_the_int_mm_cpu_fallback_is_back(kitchen_run, version):
 def test_report_counts_calls(kitchen_run):
     result = kitchen_run("0.2.26", "bad", ASCEND_SHIM_INT8="shim")
     calls = result["report"]["calls"]
-    assert calls["npu_quant"] >= 2 and calls["fallback"] >= 5
+    served = sum(case.get("served_fallback", 0) for case in result["cases"])
+    assert calls["npu_quant"] >= 2 and calls["fallback"] >= served >= 4
     assert {"x", "weight", "weight_scale", "bias"} <= set(calls["declined"])
     assert result["report"]["npu_int8_served"] is True
     json.dumps(result["report"])

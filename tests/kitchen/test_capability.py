@@ -13,7 +13,8 @@ from ascend_shim.kitchen import capability
 def dynamic_quant(x, *, smooth_scales=None):
     xf = x.float()
     inv = 127.0 / xf.abs().amax(dim=-1, keepdim=True)
-    return torch.round(xf * inv).clamp(-127, 127).to(torch.int8), (1.0 / inv).squeeze(-1)
+    q = torch.nan_to_num(torch.round(xf * inv), nan=0.0)  # a zero row: codes 0, scale 0
+    return q.clamp(-127, 127).to(torch.int8), (1.0 / inv).squeeze(-1)
 
 
 def quant_matmul(x1, x2, scale, *, offset=None, pertoken_scale=None, bias=None, output_dtype=None):
@@ -92,12 +93,40 @@ def test_static_problem_names_missing_ops():
     assert capability.static_problem(Partial()) == "torch_npu lacks npu_quant_matmul"
 
 
-def test_probe_operands_quantize_exactly():
+def test_probe_operands_quantize_exactly_and_every_term_matters():
     x, weight, scale, bias = capability.probe_operands()
+    for dtype in (torch.float16, torch.bfloat16):
+        assert torch.equal(x.to(dtype).float(), x) and torch.equal(bias.to(dtype).float(), bias)
     q, x_scale = dynamic_quant(x.to(torch.bfloat16))
-    assert torch.equal(x_scale, torch.ones(capability.PROBE_M))
-    assert torch.equal(q.float(), x)
-    assert weight.dtype == torch.int8 and torch.equal(torch.log2(scale), torch.log2(scale).round())
+    # per-token scales are exact powers of two, and differ between rows (zero row: 0)
+    nonzero = x_scale[x_scale > 0]
+    assert torch.equal(torch.log2(nonzero), torch.log2(nonzero).round()) and len(set(nonzero.tolist())) == 3
+    assert (x_scale == 0).sum() == 1 and not q[capability.ZERO_ROW].any()
+    # codes are x / scale rounded, never a tie, and truncation would change some
+    scaled = x.double() / torch.where(x_scale > 0, x_scale, 1).double().reshape(-1, 1)
+    assert torch.equal(q.double(), scaled.round())
+    assert not ((scaled - scaled.trunc()).abs() == 0.5).any() and not torch.equal(scaled.trunc(), scaled.round())
+    # distinct per-channel scales; a bias of the product's size on every column
+    assert len(set(scale.tolist())) == 4 and torch.equal(torch.log2(scale), torch.log2(scale).round())
+    product, _ = capability.probe_expected(x, weight, scale, None)
+    assert (bias.abs() > 0).all() and bias.abs().mean() >= 0.5 * product.abs().median()
+    # shapes off the kernels' tiles: odd M past 1024 rows, K and N not multiples of 16
+    assert capability.PROBE_M % 2 and capability.PROBE_M > 1024
+    assert capability.PROBE_K % 16 and capability.PROBE_N % 16
+
+
+def test_the_probe_x_reaches_the_op_strided_and_offset():
+    seen = []
+    ops = Ops()
+    quantize = ops.npu_dynamic_quant
+
+    def recording(x, **kwargs):
+        seen.append((x.is_contiguous(), x.storage_offset()))
+        return quantize(x, **kwargs)
+
+    ops.npu_dynamic_quant = recording
+    assert capability.probe(ops, "cpu", torch.bfloat16, True) is None
+    assert seen == [(False, capability.PAD_ROWS * (capability.PROBE_K + capability.PAD_COLS))]
 
 
 def test_a_correct_stack_passes_every_combination_with_one_probe_round():

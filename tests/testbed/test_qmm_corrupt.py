@@ -4,6 +4,10 @@ One child booted as an ``ascend-cpu`` machine makes a set of probe calls
 clean and under each corruption, and reports which probes changed. Each
 corruption must change the probes its defect concerns and leave every other
 probe bit-identical, so a selftest failure under it points at one defect.
+
+A second child runs the shim's start-of-process check (``kitchen.capability``,
+unmodified) on the clean device and under each corruption: every corruption
+must turn off exactly the (output dtype, bias) combinations it falsifies.
 """
 
 import json
@@ -15,6 +19,7 @@ from pathlib import Path
 import pytest
 
 TESTS = Path(__file__).resolve().parent.parent
+REPO = TESTS.parent
 sys.path.insert(0, str(TESTS))
 
 from testbed import machine  # noqa: E402
@@ -119,3 +124,53 @@ def test_a_corruption_changes_its_probes_and_nothing_else(report, corruption):
 
 def test_an_unknown_corruption_is_an_error_not_a_clean_op(report):
     assert "no_such_defect" in report["unknown"] and "pertoken_dropped" in report["unknown"]
+
+
+# the capability check's combinations (output dtype, bias) a corruption falsifies
+ALL_COMBINATIONS = {"float16", "float16+bias", "bfloat16", "bfloat16+bias"}
+FALSIFIES = {
+    **{corruption: ALL_COMBINATIONS for corruption in TOUCHES},
+    "bias_ignored": {"float16+bias", "bfloat16+bias"},
+    "fp16_zeros": {"float16", "float16+bias"},
+    "bf16_bias_as_fp16": {"bfloat16+bias"},
+    "fp16_bias_as_bf16": {"float16+bias"},
+}
+
+RUNTIME_CHECK = r'''
+import json, os, torch, torch_npu
+from torch_npu import _ops
+from ascend_shim.kitchen import capability
+
+def declined():
+    check = capability.Capability(torch_npu)  # a fresh process's check
+    npu = torch.device("npu", 0)
+    combos = {("%s+bias" if bias else "%s") % str(dtype).replace("torch.", ""): (dtype, bias)
+              for dtype, bias in capability.COMBINATIONS}
+    return {name: check.verdict(npu, *combo) for name, combo in combos.items()
+            if check.verdict(npu, *combo) is not None}
+
+report = {"clean": declined()}
+for corruption in _ops.CORRUPTIONS:
+    os.environ["TESTBED_QMM_CORRUPT"] = corruption
+    report[corruption] = declined()
+print(json.dumps(report))
+'''
+
+
+@pytest.fixture(scope="module")
+def runtime_check():
+    env = machine.subprocess_env("ascend-cpu", pythonpath=[REPO])
+    env.pop("TESTBED_QMM_CORRUPT", None)
+    proc = subprocess.run([sys.executable, "-c", RUNTIME_CHECK], env=env, capture_output=True, text=True,
+                          timeout=300, cwd=tempfile.gettempdir())
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def test_the_runtime_check_passes_the_clean_device(runtime_check):
+    assert runtime_check["clean"] == {}
+
+
+@pytest.mark.parametrize("corruption", sorted(FALSIFIES))
+def test_the_runtime_check_catches_each_corruption(runtime_check, corruption):
+    assert set(runtime_check[corruption]) == FALSIFIES[corruption], runtime_check[corruption]
