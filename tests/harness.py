@@ -303,8 +303,8 @@ def comfyui_variant(version, folder, text, keep=""):
 def bed_env(machine="ascend-cu130", comfy=None, kitchen=None, extra_path=(), **extra):
     """Environment of a subprocess on the simulated machine ``machine``.
 
-    comfy    a fake ComfyUI shape under tests/testbed/comfy_fakes (or a real
-             checkout's path); kitchen  a comfy-kitchen version
+    comfy    a ComfyUI tree's path (harness.comfyui_dir), or the name of the
+             fake under tests/testbed/comfy_fakes; kitchen  a comfy-kitchen version
     """
     path = [str(BOOT), str(TESTS)]
     if comfy:
