@@ -9,6 +9,7 @@ to ``.cache/`` so ``tests/run.sh`` can fetch them once up front.
 import hashlib
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -146,6 +147,16 @@ def kitchen_dir(version):
     return target
 
 
+def pytest_asyncio_dir():
+    """pytest-asyncio, which ComfyUI's tests-unit needs, in its own target folder: on the
+    PYTHONPATH of those runs only, never a plugin of this suite's own pytest."""
+    target = CACHE / "pytest-asyncio"
+    if not (target / "pytest_asyncio" / "__init__.py").exists():
+        run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--target", str(target),
+             "pytest-asyncio>=0.23"], scrubbed_env(), REPO, check=True, timeout=900)
+    return target
+
+
 def comfyui_sources():
     """Folders that may hold ``ComfyUI-<version>.tar.xz``, in the order searched."""
     folders = [os.environ.get("ASCEND_SHIM_COMFYUI_SOURCES"), REPO.parent / "shared" / "upstream"]
@@ -257,11 +268,98 @@ def torch_npu_dir(version):
     return target
 
 
+def _function_body(source, name):
+    """The text of top-level ``def name`` in ``source`` ("" when there is none)."""
+    match = re.search(r"^def %s\(.*?(?=^\S)" % re.escape(name), source + "\n.", re.S | re.M)
+    return match.group(0) if match else ""
+
+
+def comfyui_features(version):
+    """What a real ComfyUI tree offers, read from its source (as the shim's guards see it).
+
+    ascend          model_management knows the NPU (is_ascend_npu)
+    bf16_npu        should_use_bf16 answers for the NPU itself (v0.3.15+)
+    disable_mmap    comfy.utils.DISABLE_MMAP and --disable-mmap
+    pin_memory, memory_summary, synchronize, device_list, nvfp4, mxfp8, int8_compute
+                    the model_management function of that job exists
+    quant_ops       comfy/quant_ops.py (comfy-kitchen); int8, w4a8: its INT8 / W4A8 formats
+    """
+    tree = comfyui_dir(version)
+    mm = (tree / "comfy" / "model_management.py").read_text()
+    utils = (tree / "comfy" / "utils.py").read_text()
+    quant = tree / "comfy" / "quant_ops.py"
+    quant_text = quant.read_text() if quant.exists() else ""
+    functions = {"ascend": "is_ascend_npu", "pin_memory": "pin_memory", "memory_summary": "debug_memory_summary",
+                 "synchronize": "synchronize", "device_list": "get_all_torch_devices",
+                 "nvfp4": "supports_nvfp4_compute", "mxfp8": "supports_mxfp8_compute",
+                 "int8_compute": "supports_int8_compute"}
+    found = {feature for feature, name in functions.items() if _function_body(mm, name)}
+    if "is_ascend_npu()" in _function_body(mm, "should_use_bf16"):
+        found.add("bf16_npu")
+    if re.search(r"^DISABLE_MMAP\b", utils, re.M):
+        found.add("disable_mmap")
+    if quant_text:
+        found.add("quant_ops")
+    if re.search(r"QUANT_ALGOS\[\"int8_tensorwise\"\]", quant_text):
+        found.add("int8")
+    if "asym_w4a8_int8" in quant_text:
+        found.add("w4a8")
+    return frozenset(found)
+
+
+def comfyui_versions_with(*features, without=()):
+    """The suite's ComfyUI releases that have every feature in ``features`` and none in ``without``."""
+    return tuple(v for v in COMFYUI_VERSIONS
+                 if set(features) <= comfyui_features(v) and not set(without) & comfyui_features(v))
+
+
+def comfyui_representatives(versions=None):
+    """The newest release of each distinct feature set: one run per state the shim can meet."""
+    newest = {}
+    for version in versions or COMFYUI_VERSIONS:  # oldest first
+        newest[comfyui_features(version)] = version
+    return tuple(v for v in (versions or COMFYUI_VERSIONS) if v in newest.values())
+
+
+def comfyui_kitchen(version):
+    """The comfy-kitchen release a ComfyUI tree pins in requirements.txt (None: it uses none).
+
+    ``==X`` is X; ``>=X`` is the newest of KITCHEN_VERSIONS."""
+    requirements = (comfyui_dir(version) / "requirements.txt").read_text()
+    match = re.search(r"^comfy-kitchen\s*(==|>=)\s*([\w.]+)", requirements, re.M)
+    if not match:
+        return None
+    return match.group(2) if match.group(1) == "==" else KITCHEN_VERSIONS[-1]
+
+
+def comfyui_variant(version, folder, text, keep=""):
+    """A real release with ``text`` cut out of comfy/model_management.py (``keep`` left).
+
+    Models a ComfyUI state beside the releases. The variant, made in
+    ``folder``, is links to the release's files except the one edited copy,
+    and is named ``ComfyUI-<version>`` like the release.
+    """
+    tree = comfyui_dir(version)
+    variant = Path(folder) / tree.name
+    (variant / "comfy").mkdir(parents=True)
+    for entry in tree.iterdir():
+        if entry.name != "comfy":
+            (variant / entry.name).symlink_to(entry)
+    for entry in (tree / "comfy").iterdir():
+        if entry.name != "model_management.py":
+            (variant / "comfy" / entry.name).symlink_to(entry)
+    source = (tree / "comfy" / "model_management.py").read_text()
+    if text not in source:
+        raise AssertionError("ComfyUI %s no longer holds the text this variant cuts" % version)
+    (variant / "comfy" / "model_management.py").write_text(source.replace(text, keep))
+    return variant
+
+
 def bed_env(machine="ascend-cu130", comfy=None, kitchen=None, extra_path=(), **extra):
     """Environment of a subprocess on the simulated machine ``machine``.
 
-    comfy    a fake ComfyUI shape under tests/testbed/comfy_fakes (or a real
-             checkout's path); kitchen  a comfy-kitchen version
+    comfy    a ComfyUI tree's path (harness.comfyui_dir), or the name of the
+             fake under tests/testbed/comfy_fakes; kitchen  a comfy-kitchen version
     """
     path = [str(BOOT), str(TESTS)]
     if comfy:
@@ -273,6 +371,15 @@ def bed_env(machine="ascend-cu130", comfy=None, kitchen=None, extra_path=(), **e
     if machine:
         env["ASCEND_TESTBED"] = machine
     return env
+
+
+def torch_cuda_build():
+    """True when this interpreter's torch is a CUDA build (what the bed's nvidia machine needs)."""
+    try:
+        import torch
+    except Exception:
+        return False
+    return bool(torch.version.cuda)
 
 
 def torch_available():

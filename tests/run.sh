@@ -7,8 +7,10 @@
 #        CUDA 13.0 build of torch for Python 3.13 on x86_64 (2.12.0+cu130, the
 #        users' own build): about 2.6 GB to download, 4.8 GB in its venv.
 # Each venv gets what the tests need (wrapt, pytest, hatchling, safetensors,
-# numpy, mypy, pytest-xdist) and the comfy-kitchen releases the INT8 tests use are downloaded once
-# into .cache/ (per Python: they carry compiled extensions).
+# numpy, mypy, pytest-xdist) and what the real ComfyUI releases import
+# (tests/requirements-comfyui.txt, torch pinned); the comfy-kitchen releases the
+# INT8 tests and each ComfyUI release use are downloaded once into .cache/ (per
+# Python: they carry compiled extensions), the eight ComfyUI releases unpacked.
 #
 # ASCEND_SHIM_TEST_PYTHONS="3.11" runs the first suite alone;
 # ASCEND_SHIM_TEST_WORKERS sets the number of pytest workers (default 2).
@@ -61,6 +63,13 @@ prepare() {  # prepare 3.11: the venv and the downloads, before any test runs
     fi
     "$venv/bin/python" -m pip install -q --disable-pip-version-check \
         "$(torch_for "$minor")" "wrapt>=1.14" pytest pytest-xdist hatchling editables safetensors numpy mypy
+    # what the real ComfyUI releases import, with this venv's torch pinned: pip never replaces it
+    local pin
+    pin="$(mktemp)"
+    "$venv/bin/python" -c 'import torch; print("torch==" + torch.__version__)' > "$pin"
+    "$venv/bin/python" -m pip install -q --disable-pip-version-check \
+        -r tests/requirements-comfyui.txt -c "$pin"
+    rm -f "$pin"
     ASCEND_SHIM_TEST_CACHE="$PWD/$cache" "$venv/bin/python" - <<'PY'
 import sys
 sys.path.insert(0, "tests")
@@ -69,7 +78,11 @@ for version in harness.KITCHEN_VERSIONS:
     harness.kitchen_dir(version)
 for version in harness.COMFYUI_VERSIONS:
     harness.comfyui_dir(version)
-for version in harness.TORCH_NPU_VERSIONS: harness.torch_npu_dir(version)  # real torch_npu schemas
+    if harness.comfyui_kitchen(version):  # the comfy-kitchen each release pins
+        harness.kitchen_dir(harness.comfyui_kitchen(version))
+harness.pytest_asyncio_dir()
+for version in harness.TORCH_NPU_VERSIONS:  # real torch_npu schemas
+    harness.torch_npu_dir(version)
 for python in harness.pyenv_pythons().values():
     harness.wheelhouse_for(python)
 print("comfy-kitchen releases:", ", ".join(harness.KITCHEN_VERSIONS))

@@ -2,7 +2,7 @@
 
 The cases are generated from ``ascend_shim.patches.PATCHES``, so a new patch
 is covered without touching this file; each runs in a fresh interpreter on
-the simulated Ascend machine, with the ComfyUI shape (and comfy-kitchen) its
+the simulated Ascend machine, with the real ComfyUI release (and comfy-kitchen) its
 target needs:
 
 - apply: the patch is applied and every attribute it changed holds the
@@ -28,20 +28,25 @@ import pytest
 
 import harness
 from ascend_shim.patches import PATCHES
-from testbed.comfy_fakes import SHAPES
 
-NEWEST_SHAPE = "v0_30" if "v0_30" in SHAPES else "v0_29"
-KITCHEN = "0.2.26"
+NEWEST = harness.COMFYUI_VERSIONS[-1]
+KITCHEN = harness.comfyui_kitchen(NEWEST)
 BED_TORCH_NPU_VERSION = "2.12.0"  # the fake torch_npu's default __version__
-NO_NPU_BRANCH = "device-list-without-npu-branch"  # v0_29 whose get_all_torch_devices knows only CUDA
+NO_NPU_BRANCH = "device-list-without-npu-branch"  # the newest release, get_all_torch_devices' NPU arm cut
+NPU_BRANCH = ('        elif is_ascend_npu():\n'
+              '            for i in range(torch.npu.device_count()):\n'
+              '                devices.append(torch.device("npu", i))\n')
+# the newest real release whose should_use_bf16 / comfy.utils predate the NPU arm / DISABLE_MMAP
+BEFORE_BF16_NPU = harness.comfyui_versions_with("ascend", without=("bf16_npu",))[-1]
+BEFORE_DISABLE_MMAP = harness.comfyui_versions_with("ascend", without=("disable_mmap",))[-1]
 
-# where the bed gives a patch what its guard needs (default: the newest shape on the 910B box)
+# where the bed gives a patch what its guard needs (default: the newest release on the 910B box)
 SETTINGS = {
-    "bf16_legacy": {"shape": "v0_3_11"},  # should_use_bf16 without its NPU branch (< v0.3.15)
-    "device_list": {"shape": NO_NPU_BRANCH},
+    "bf16_legacy": {"version": BEFORE_BF16_NPU},  # should_use_bf16 without its NPU branch (< v0.3.15)
+    "device_list": {"version": NO_NPU_BRANCH},
     "alloc_conf_withdraw": {"machine": "ascend-cpu", "env": {"TESTBED_NPU_COUNT": "0"}},
 }
-EXTRA_CASES = (("mmap", {"shape": "v0_3_11"}),)  # the load_torch_file wrap before v0.3.45
+EXTRA_CASES = (("mmap", {"version": BEFORE_DISABLE_MMAP}),)  # the load_torch_file wrap before v0.3.45
 
 CANNOT_REIMPORT = {
     "comfy": "its change is the process environment, read once at the first comfy import",
@@ -50,14 +55,24 @@ CANNOT_REIMPORT = {
 }
 # patches that change nothing an undo could restore
 NOTHING_TO_RESTORE = {"announce": "it only logs one line"}
-# patches whose effect needs a condition no modelled ComfyUI sets up
-NO_EFFECT_ON_BED = {"kitchen_priority": "no modelled comfy.quant_ops reorders comfy-kitchen's priority, "
+# patches whose effect needs a condition no real release sets up
+NO_EFFECT_ON_BED = {"kitchen_priority": "no release's comfy.quant_ops reorders comfy-kitchen's priority, "
                                         "so re-asserting the shim's order changes nothing here"}
+# patches whose target no release in the suite has
+NO_RELEASE_HAS = {"int8_compute": "supports_int8_compute is newer than every release the suite unpacks"}
+# targets whose real import chain reaches torchvision and torchaudio, which have no build for
+# the tested torch here: stood in for (testbed.absent_packages: importable, failing on use)
+MEDIA_TARGETS = ("comfy.sd", "execution")
+
 
 SCRIPT = r'''
 import importlib, json, os, sys
 
 name, phase, imports = sys.argv[1], sys.argv[2], sys.argv[3].split(",")
+if sys.argv[4:] == ["stand-ins"]:
+    from testbed.absent_packages import stand_in_for
+
+    stand_in_for(("torchvision", "torchaudio"))
 import ascend_shim
 from ascend_shim import _records, engine
 
@@ -181,7 +196,7 @@ def cases():
 
 def case_id(case):
     patch, settings = case
-    return patch.name + ("@" + settings["shape"] if "shape" in settings else "")
+    return patch.name + ("@" + settings["version"] if "version" in settings else "")
 
 
 @pytest.fixture(scope="module")
@@ -194,19 +209,10 @@ def lifecycle(bed_python, tmp_path_factory):
 
     def shape_dir(shape):
         if shape != NO_NPU_BRANCH:
-            return shape
-        import shutil
-
-        variant = folder / "no_npu_branch"
-        if not variant.exists():
-            shutil.copytree(harness.COMFY_FAKES / "v0_29", variant)
-            source = (variant / "comfy" / "model_management.py").read_text()
-            branch = ('        elif is_ascend_npu():\n'
-                      '            for i in range(torch.npu.device_count()):\n'
-                      '                devices.append(torch.device("npu", i))\n')
-            assert branch in source
-            (variant / "comfy" / "model_management.py").write_text(source.replace(branch, ""))
-        return str(variant)
+            return harness.comfyui_dir(shape)
+        if "variant" not in cache:
+            cache["variant"] = str(harness.comfyui_variant(NEWEST, tmp_path_factory.mktemp("variant"), NPU_BRANCH))
+        return cache["variant"]
 
     def run(patch, settings, phase, disable=None):
         key = (patch.name, json.dumps(settings, sort_keys=True), phase, disable)
@@ -214,9 +220,10 @@ def lifecycle(bed_python, tmp_path_factory):
             env = dict(settings.get("env", {}))
             if disable:
                 env["ASCEND_SHIM_DISABLE"] = disable
-            comfy = shape_dir(settings.get("shape", NEWEST_SHAPE))
+            comfy = shape_dir(settings.get("version", NEWEST))
             proc = harness.run(
-                [str(bed_python), str(script), patch.name, phase, ",".join(imports_for(patch))],
+                [str(bed_python), str(script), patch.name, phase, ",".join(imports_for(patch)),
+                 *(["stand-ins"] if patch.target in MEDIA_TARGETS else [])],
                 harness.bed_env(settings.get("machine", "ascend-cu130"), comfy, KITCHEN, **env),
                 folder, timeout=300)
             cache[key] = harness.last_json(proc)
@@ -226,6 +233,8 @@ def lifecycle(bed_python, tmp_path_factory):
 
 
 def applied(lifecycle, patch, settings, phase):
+    if patch.name in NO_RELEASE_HAS:
+        pytest.skip("%s: %s" % (patch.name, NO_RELEASE_HAS[patch.name]))
     result = lifecycle(patch, settings, phase)
     assert result["state"] == "applied", "%s did not apply on the bed: %s" % (patch.name, result["reason"])
     return result
@@ -254,8 +263,8 @@ def version_on_the_bed(patch, settings):
         return KITCHEN
     if top == "torch_npu":
         return BED_TORCH_NPU_VERSION
-    shape = settings.get("shape", NEWEST_SHAPE)
-    source = (harness.COMFY_FAKES / ("v0_29" if shape == NO_NPU_BRANCH else shape) / "comfyui_version.py")
+    version = settings.get("version", NEWEST)
+    source = harness.comfyui_dir(NEWEST if version == NO_NPU_BRANCH else version) / "comfyui_version.py"
     return re.search(r'__version__ = "([^"]+)"', source.read_text()).group(1)
 
 

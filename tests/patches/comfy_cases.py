@@ -1,4 +1,4 @@
-"""Start a (fake or real) ComfyUI the way main.py does, then probe each symptom.
+"""Start a real ComfyUI tree the way main.py does, then probe each symptom.
 
 Run on the test bed in a fresh interpreter; ComfyUI's flags follow ``--``:
 
@@ -11,12 +11,12 @@ live in ``test_comfy_patches.py``.
 """
 
 import importlib
+import importlib.util
 import inspect
 import io
 import json
 import logging
 import os
-import runpy
 import sys
 import tempfile
 
@@ -28,13 +28,20 @@ logging.basicConfig(level=logging.INFO, stream=log_stream, format="%(name)s %(le
 
 sys.path.insert(0, COMFY_DIR)
 sys.argv = [os.path.join(COMFY_DIR, "main.py")] + FLAGS
-if os.path.exists(sys.argv[0]):
-    runpy.run_path(sys.argv[0], run_name="comfy_main")
-else:  # shapes without main.py
-    import comfy.options
+# main.py's order up to the model code, without its server: arguments parsed,
+# cuda_malloc (PYTORCH_CUDA_ALLOC_CONF) before torch, then comfy.utils, which
+# brings torch, comfy.model_management (torch_npu) and, where they exist,
+# comfy.quant_ops (comfy_kitchen) and comfy.ops
+import comfy.options  # noqa: E402
 
-    comfy.options.enable_args_parsing()
-    import comfy.model_management  # noqa: F401
+comfy.options.enable_args_parsing()
+import comfy.cli_args  # noqa: E402,F401
+
+if importlib.util.find_spec("cuda_malloc"):
+    import cuda_malloc  # noqa: E402,F401
+import comfy.utils  # noqa: E402,F401
+import comfy.model_management  # noqa: E402,F401
+import comfy.ops  # noqa: E402,F401
 
 import torch  # noqa: E402
 
@@ -78,12 +85,17 @@ def npu_sync_count():
 
 
 def int8_layer():
+    """An int8_tensorwise Linear loaded as ComfyUI's loader does (mixed_precision_ops and a
+    state dict with int8 weight, fp32 weight_scale and the comfy_quant JSON), run on the NPU."""
     import comfy.ops
     import torch_npu
     from testbed import npu_device
 
     weight = torch.randint(-127, 128, (64, 128), dtype=torch.int8)
-    layer = comfy.ops.make_int8_linear(weight, torch.tensor(0.01), device=torch.device("npu", 0))
+    conf = torch.tensor(list(json.dumps({"format": "int8_tensorwise"}).encode()), dtype=torch.uint8)
+    layer = comfy.ops.mixed_precision_ops({}, torch.bfloat16).Linear(128, 64, bias=False)
+    layer.load_state_dict({"weight": weight, "weight_scale": torch.tensor(0.01), "comfy_quant": conf})
+    layer.to(torch.device("npu", 0))
     torch_npu._testbed.reset()
     npu_device.reset_cpu_fallbacks()
     out = layer(torch.randn(8, 128, dtype=torch.bfloat16).to("npu"))
@@ -123,7 +135,7 @@ probes = {
 }
 if machine is not None and machine.active() in ("ascend-cu130", "ascend-cpu"):
     probes["synchronize"] = npu_sync_count
-    if hasattr(importlib.import_module("comfy.ops"), "make_int8_linear"):
+    if "int8_tensorwise" in getattr(sys.modules.get("comfy.quant_ops"), "QUANT_ALGOS", ()):
         probes["int8_layer"] = int8_layer
 
 if machine is not None:

@@ -7,7 +7,8 @@ machines, with and without an NPU.
 
 import json
 
-from comfy_runs import comfy_run  # noqa: F401
+import harness
+from comfy_runs import NEWEST, comfy_run  # noqa: F401
 
 SCENARIO = """
 import json, os
@@ -29,9 +30,7 @@ print(json.dumps({
 
 
 def scenario(run_bed, machine, **env):
-    import harness
-
-    return harness.last_json(run_bed(SCENARIO, machine=machine, comfy="v0_3_11", **env))
+    return harness.last_json(run_bed(SCENARIO, machine=machine, comfy=harness.comfyui_dir(NEWEST), **env))
 
 
 def test_npu_box_keeps_the_setting(run_bed):
@@ -63,7 +62,7 @@ def test_users_own_setting_is_never_touched(run_bed):
 
 def test_comfyui_on_a_box_without_npu(comfy_run):
     """ComfyUI itself (--cpu, since it has no device to run on) with torch_npu and no card."""
-    result = comfy_run("v0_29", machine="ascend-cpu", flags=("--cpu",), TESTBED_NPU_COUNT="0")
+    result = comfy_run(NEWEST, machine="ascend-cpu", flags=("--cpu",), TESTBED_NPU_COUNT="0")
     assert result["probes"]["is_ascend_npu"] == "ok: False"
     assert result["env"]["PYTORCH_NPU_ALLOC_CONF"] is None
     assert result["status"]["alloc_conf_withdraw"]["state"] == "applied"

@@ -1,77 +1,109 @@
 """The ComfyUI patches, at the process boundary, on the simulated Ascend machine.
 
-Each run starts ComfyUI the way main.py does (fake shapes under
-tests/testbed/comfy_fakes, or a real checkout from COMFYUI_DIR) in a fresh
-interpreter of a venv with the shim wheel installed, then probes every
-symptom of the user's report. Each symptom is shown broken without the shim
-and fixed with it; on NVIDIA and CPU machines nothing is touched.
+Each run starts a real ComfyUI release (harness.comfyui_dir) the way main.py
+does in a fresh interpreter of a venv with the shim wheel installed, then
+probes every symptom of the user's report. Each symptom is shown broken
+without the shim and fixed with it, at every release the suite unpacks; which
+symptom a release can show is read from its source (harness.comfyui_features),
+as the shim's own guards decide. On NVIDIA and CPU machines nothing is touched.
 """
-
-import os
 
 import pytest
 
-from comfy_runs import NO_DRIVER, NPU_BRANCH_OF_DEVICE_LIST, comfy_run, ok, variant_without  # noqa: F401
+import harness
+from comfy_runs import NEWEST, NO_DRIVER, NPU_BRANCH_OF_DEVICE_LIST, comfy_run, ok, variant_without  # noqa: F401
 
-SHAPES = ("v0_29", "v0_3_45")
+ASCEND = harness.comfyui_versions_with("ascend")
+# one release per distinct feature set: where a slow matrix tells something new
+REPRESENTATIVES = harness.comfyui_representatives(ASCEND)
+BEFORE_ASCEND = str(harness.COMFY_FAKES / "before_ascend_support")
 
 
-@pytest.mark.parametrize("shape", SHAPES)
-def test_symptoms_reproduce_without_the_shim(comfy_run, shape):
-    result = comfy_run(shape, ASCEND_SHIM="0")
+def has(version, feature):
+    return feature in harness.comfyui_features(version)
+
+
+@pytest.mark.parametrize("version", ASCEND)
+def test_symptoms_reproduce_without_the_shim(comfy_run, version):
+    result = comfy_run(version, ASCEND_SHIM="0")
     probes = result["probes"]
     assert probes["is_nvidia"] == ok(True) and probes["is_ascend_npu"] == ok(True)
     assert probes["pick_operations"].startswith(NO_DRIVER)
     assert probes["unet_dtype_fp8"].startswith(NO_DRIVER)
-    assert probes["pin_memory"].startswith(NO_DRIVER)
-    assert probes["debug_memory_summary"].startswith("error: KeyError")
+    assert probes["supports_fp8_compute"].startswith(NO_DRIVER)
     assert probes["load_torch_file"] == ok("follows the file")
-    assert probes["synchronize"] == ok(0)
-    assert result["constants"]["MAX_PINNED_MEMORY"] > 0
-    assert "cudart" in result["cuda_raised"] and "get_device_properties" in result["cuda_raised"]
-    if shape == "v0_29":
+    assert "get_device_properties" in result["cuda_raised"]
+    if not has(version, "bf16_npu"):
+        assert probes["should_use_bf16"].startswith(NO_DRIVER)
+    if has(version, "disable_mmap"):
+        assert result["constants"]["DISABLE_MMAP"] is False
+    if has(version, "memory_summary"):
+        assert probes["debug_memory_summary"].startswith("error: KeyError")
+        assert probes["pin_memory"].startswith(NO_DRIVER)
+        assert result["constants"]["MAX_PINNED_MEMORY"] > 0
+        assert "cudart" in result["cuda_raised"]
+    if has(version, "synchronize"):
+        assert probes["synchronize"] == ok(0)
+    if has(version, "device_list"):
         assert probes["get_all_torch_devices"] == ok([])
-        assert probes["int8_layer"] == ok({"device": "npu:0", "fallbacks": ["aten::_int_mm"],
-                                           "quant_matmul": 0})
+    if has(version, "int8"):
+        assert probes["int8_layer"].startswith("ok: {'device': 'npu:0', 'fallbacks': ['aten::_int_mm']")
+        assert probes["int8_layer"].endswith("'quant_matmul': 0}")
     assert result["status"] is None
 
 
-@pytest.mark.parametrize("shape", SHAPES)
-def test_symptoms_gone_with_the_shim(comfy_run, shape):
-    result = comfy_run(shape)
+@pytest.mark.parametrize("version", ASCEND)
+def test_symptoms_gone_with_the_shim(comfy_run, version):
+    result = comfy_run(version)
+    baseline = comfy_run(version, ASCEND_SHIM="0")
     probes = result["probes"]
     assert probes["is_nvidia"] == ok(False)
     assert probes["pick_operations"].startswith("ok:")
     assert probes["unet_dtype_fp8"].startswith("ok:")
     assert probes["supports_fp8_compute"] == ok(False)
-    assert probes["pin_memory"] == ok(False)
-    assert probes["debug_memory_summary"] == ok("str")
     assert probes["load_torch_file"] == ok("independent of the file")
-    assert probes["synchronize"] == ok(1)
     assert probes["should_use_bf16"] == ok(True)
     assert result["cuda_raised"] == []  # torch.cuda never reached a driver call
     constants = result["constants"]
-    assert constants["MAX_PINNED_MEMORY"] == -1 and constants["NUM_STREAMS"] == 0
-    assert constants["MIN_WEIGHT_MEMORY_RATIO"] == 0.4 and constants["DISABLE_MMAP"] is True
+    assert constants["MIN_WEIGHT_MEMORY_RATIO"] == 0.4
+    streams = baseline["constants"]["NUM_STREAMS"]
+    assert constants["NUM_STREAMS"] == (0 if streams not in ("absent", 0, 1) else streams)
     assert result["env"]["PYTORCH_NPU_ALLOC_CONF"] == "expandable_segments:True"
     announce = [line for line in result["log"] if line.startswith("ascend_shim INFO ascend_shim active on")]
     assert len(announce) == 1 and "Ascend910B3 x1" in announce[0] and "is_nvidia" in announce[0]
     status = result["status"]
-    for name in ("is_nvidia", "compute_probes", "import_constants", "synchronize", "memory_summary",
-                 "mmap", "alloc_conf", "announce"):
+    for name in ("is_nvidia", "compute_probes", "import_constants", "mmap", "alloc_conf", "announce"):
         assert status[name]["state"] == "applied", (name, status[name])
-    assert status["bf16_legacy"]["state"] == "skipped"  # both shapes have the NPU branch
-    if shape == "v0_29":
-        assert probes["supports_nvfp4_compute"] == ok(False)
-        assert probes["supports_mxfp8_compute"] == ok(False)
-        assert probes["get_all_torch_devices"] == ok(["npu:0"])
-        assert probes["supports_int8_compute"] == ok(True)
-        assert probes["int8_layer"] == ok({"device": "npu:0", "fallbacks": [], "quant_matmul": 1})
-        assert status["kitchen_int8"]["state"] == "applied"
-        assert status["kitchen_priority"]["state"] == "applied"
+    if has(version, "disable_mmap"):
+        assert constants["DISABLE_MMAP"] is True
+    if has(version, "pin_memory"):
+        assert probes["pin_memory"] == ok(False) and constants["MAX_PINNED_MEMORY"] == -1
+    if has(version, "memory_summary"):
+        assert probes["debug_memory_summary"] == ok("str")
+        assert status["memory_summary"]["state"] == "applied"
+    if has(version, "synchronize"):
+        assert probes["synchronize"] == ok(1)
+        assert status["synchronize"]["state"] == "applied"
+    if has(version, "bf16_npu"):
+        assert status["bf16_legacy"]["state"] == "skipped"
+    else:
+        assert status["bf16_legacy"]["state"] == "applied"
+    if has(version, "device_list"):
+        assert probes["get_all_torch_devices"] == ok(["npu:0"])  # is_nvidia alone lets its NPU arm run
+        assert status["device_list"]["reason"] == "get_all_torch_devices has an NPU branch (is_nvidia is enough)"
     else:
         assert status["device_list"]["reason"] == "this ComfyUI has no get_all_torch_devices"
-        assert status["int8_compute"]["state"] == "skipped"
+    if has(version, "nvfp4"):
+        assert probes["supports_nvfp4_compute"] == ok(False)
+    if has(version, "mxfp8"):
+        assert probes["supports_mxfp8_compute"] == ok(False)
+    if has(version, "int8"):
+        assert probes["int8_layer"].startswith("ok: {'device': 'npu:0', 'fallbacks': [], 'quant_matmul': ")
+        assert not probes["int8_layer"].endswith("'quant_matmul': 0}")
+        assert status["kitchen_int8"]["state"] == "applied"
+        assert status["kitchen_priority"]["state"] == "applied"
+    if not has(version, "int8_compute"):
+        assert status["int8_compute"]["reason"] == "this ComfyUI has no supports_int8_compute"
 
 
 # ASCEND_SHIM_DISABLE value -> (probe, what the probe shows once the symptom is back).
@@ -90,7 +122,7 @@ SYMPTOM_OF = {
 
 @pytest.mark.parametrize("disable", sorted(SYMPTOM_OF))
 def test_disabling_patches_brings_their_symptom_back(comfy_run, disable):
-    result = comfy_run("v0_29", ASCEND_SHIM_DISABLE=disable)
+    result = comfy_run(NEWEST, ASCEND_SHIM_DISABLE=disable)
     probe, symptom = SYMPTOM_OF[disable]
     assert result["probes"][probe].startswith(symptom)
     names = set(disable.split(","))
@@ -103,56 +135,65 @@ def test_disabling_patches_brings_their_symptom_back(comfy_run, disable):
 
 @pytest.mark.parametrize("disable", ["compute_probes", "memory_summary", "is_nvidia"])
 def test_one_guard_alone_still_keeps_cuda_away(comfy_run, disable):
-    result = comfy_run("v0_29", ASCEND_SHIM_DISABLE=disable)
+    result = comfy_run(NEWEST, ASCEND_SHIM_DISABLE=disable)
     assert result["probes"]["pick_operations"].startswith("ok:")
     assert result["probes"]["debug_memory_summary"].startswith("ok:")
     assert result["cuda_raised"] == []
 
 
 def test_user_flags_keep_their_meaning(comfy_run):
-    with_shim = comfy_run("v0_29", flags=("--disable-mmap", "--async-offload", "--cuda-malloc"))
-    without = comfy_run("v0_29", flags=("--disable-mmap", "--async-offload", "--cuda-malloc"),
-                        ASCEND_SHIM="0")
+    flags = ("--disable-mmap", "--async-offload", "--cuda-malloc")
+    with_shim = comfy_run(NEWEST, flags=flags)
+    without = comfy_run(NEWEST, flags=flags, ASCEND_SHIM="0")
     assert with_shim["constants"]["DISABLE_MMAP"] is True
     assert "mmap already off (--disable-mmap)" in with_shim["status"]["mmap"]["reason"]
     assert with_shim["constants"]["NUM_STREAMS"] == without["constants"]["NUM_STREAMS"] == 2
     assert "NUM_STREAMS kept (--async-offload)" in with_shim["status"]["import_constants"]["reason"]
     assert with_shim["env"]["PYTORCH_CUDA_ALLOC_CONF"] == without["env"]["PYTORCH_CUDA_ALLOC_CONF"]
-    disabled = comfy_run("v0_29", flags=("--disable-cuda-malloc",))
+    disabled = comfy_run(NEWEST, flags=("--disable-cuda-malloc",))
     assert disabled["env"]["PYTORCH_CUDA_ALLOC_CONF"] is None
 
 
 def test_mmap_opt_out(comfy_run):
-    result = comfy_run("v0_29", ASCEND_SHIM_MMAP="keep")
+    result = comfy_run(NEWEST, ASCEND_SHIM_MMAP="keep")
     assert result["probes"]["load_torch_file"] == ok("follows the file")
     assert result["status"]["mmap"] == {"state": "skipped", "reason": "kept by ASCEND_SHIM_MMAP=keep",
                                         "late": False}
 
 
 def test_user_allocator_setting_wins(comfy_run):
-    result = comfy_run("v0_29", PYTORCH_NPU_ALLOC_CONF="max_split_size_mb:256")
+    result = comfy_run(NEWEST, PYTORCH_NPU_ALLOC_CONF="max_split_size_mb:256")
     assert result["env"]["PYTORCH_NPU_ALLOC_CONF"] == "max_split_size_mb:256"
     assert result["status"]["alloc_conf"]["state"] == "skipped"
 
 
-def test_int8_compute_follows_the_backend(comfy_run):
-    result = comfy_run("v0_29", ASCEND_SHIM_INT8="off")
-    assert result["probes"]["supports_int8_compute"] == ok(False)  # ComfyUI dequantizes instead
+@pytest.mark.parametrize("version", harness.comfyui_versions_with("int8"))
+def test_int8_backend_off_leaves_the_layer_to_comfyui(comfy_run, version):
+    """ASCEND_SHIM_INT8=off: no shim backend; the INT8 layer runs as upstream's kitchen has it."""
+    result = comfy_run(version, ASCEND_SHIM_INT8="off")
     assert result["status"]["kitchen_int8"]["reason"] == "ASCEND_SHIM_INT8=off"
+    assert result["probes"]["int8_layer"].endswith("'quant_matmul': 0}")
 
 
 def test_vendor_setup_cpu_torch_with_torch_npu(comfy_run):
-    result = comfy_run("v0_29", machine="ascend-cpu")
+    result = comfy_run(NEWEST, machine="ascend-cpu")
     assert result["probes"]["pick_operations"].startswith("ok:")
-    assert result["probes"]["int8_layer"] == ok({"device": "npu:0", "fallbacks": [], "quant_matmul": 1})
+    assert result["probes"]["int8_layer"].startswith("ok: {'device': 'npu:0', 'fallbacks': [], 'quant_matmul': ")
+    assert not result["probes"]["int8_layer"].endswith("'quant_matmul': 0}")
     assert result["status"]["is_nvidia"]["state"] == "applied"
 
 
-@pytest.mark.parametrize("machine,flags", [("nvidia", ()), ("cpu", ("--cpu",))])
-@pytest.mark.parametrize("shape", SHAPES)
-def test_nothing_changes_on_nvidia_or_cpu(comfy_run, machine, flags, shape):
-    result = comfy_run(shape, machine=machine, flags=flags)
-    baseline = comfy_run(shape, machine=machine, flags=flags, ASCEND_SHIM="0")
+# real ComfyUI asks torch.device(torch.cuda.current_device()): an int device needs a torch
+# built with CUDA, so the simulated NVIDIA box runs in the suite whose torch is (3.13, cu130)
+NVIDIA = pytest.param("nvidia", (), marks=pytest.mark.skipif(
+    not harness.torch_cuda_build(), reason="the simulated NVIDIA box needs a CUDA-build torch"))
+
+
+@pytest.mark.parametrize("machine,flags", [NVIDIA, ("cpu", ("--cpu",))])
+@pytest.mark.parametrize("version", (REPRESENTATIVES[0], REPRESENTATIVES[-1]))
+def test_nothing_changes_on_nvidia_or_cpu(comfy_run, machine, flags, version):
+    result = comfy_run(version, machine=machine, flags=flags)
+    baseline = comfy_run(version, machine=machine, flags=flags, ASCEND_SHIM="0")
     assert all(result["originals"].values()), result["originals"]
     assert result["probes"] == baseline["probes"]
     assert result["constants"] == baseline["constants"]
@@ -163,63 +204,21 @@ def test_nothing_changes_on_nvidia_or_cpu(comfy_run, machine, flags, shape):
 
 
 def test_comfyui_before_ascend_support_is_left_alone(comfy_run):
-    result = comfy_run("v0_3_10", machine="cpu", flags=("--cpu",))
+    """Every release the suite unpacks knows the NPU; the state before ComfyUI PR #5436 is the
+    one small fake the bed keeps (tests/testbed/comfy_fakes/before_ascend_support)."""
+    result = comfy_run(BEFORE_ASCEND, machine="cpu", flags=("--cpu",), kitchen=None)
     status = result["status"]
     for name in ("is_nvidia", "compute_probes", "import_constants", "announce"):
         assert status[name]["reason"] == "this ComfyUI predates Ascend support (needs v0.3.11+)"
     assert all(result["originals"].values())
 
 
-@pytest.mark.skipif(not os.environ.get("COMFYUI_DIR"), reason="COMFYUI_DIR is not set: no real ComfyUI to check")
-def test_real_comfyui(comfy_run):
-    """The same symptoms against a real ComfyUI checkout (its comfy/ modules, no main.py needed).
-
-    Functions that version does not have yet are reported as AttributeError
-    by the probe and not asserted.
-    """
-    comfy_dir = os.path.abspath(os.environ["COMFYUI_DIR"])
-    broken = comfy_run(comfy_dir, ASCEND_SHIM="0")
-    result = comfy_run(comfy_dir)
-    probes = result["probes"]
-
-    def present(name):
-        return not probes[name].startswith("error: AttributeError")
-
-    assert broken["probes"]["is_nvidia"] == ok(True) and probes["is_nvidia"] == ok(False)
-    assert broken["probes"]["pick_operations"].startswith(NO_DRIVER)
-    assert probes["pick_operations"].startswith("ok:")
-    assert probes["unet_dtype_fp8"].startswith("ok:") and probes["supports_fp8_compute"] == ok(False)
-    assert broken["probes"]["load_torch_file"] == ok("follows the file")
-    assert probes["load_torch_file"] == ok("independent of the file")
-    assert result["cuda_raised"] == []
-    if present("pin_memory"):
-        assert probes["pin_memory"] == ok(False)
-    if present("debug_memory_summary"):
-        assert probes["debug_memory_summary"].startswith("ok:")
-    if present("get_all_torch_devices"):
-        assert probes["get_all_torch_devices"] == ok(["npu:0"])
-    assert result["status"]["is_nvidia"]["state"] == "applied"
-    assert result["status"]["mmap"]["state"] == "applied"
-    assert result["status"]["is_nvidia"]["late"] is False
-
-
 def test_device_list_without_an_npu_branch(comfy_run, tmp_path_factory):
-    """A ComfyUI whose get_all_torch_devices knows only CUDA: the patch lists the NPU."""
-    variant = variant_without(tmp_path_factory, "v0_29", NPU_BRANCH_OF_DEVICE_LIST)
+    """A ComfyUI whose get_all_torch_devices knows only CUDA (the newest release with its NPU arm
+    cut): the patch lists the NPU."""
+    version = harness.comfyui_versions_with("device_list")[-1]
+    variant = variant_without(tmp_path_factory, version, NPU_BRANCH_OF_DEVICE_LIST)
     assert comfy_run(variant, ASCEND_SHIM="0")["probes"]["get_all_torch_devices"] == ok([])
     result = comfy_run(variant)
     assert result["probes"]["get_all_torch_devices"] == ok(["npu:0"])
     assert result["status"]["device_list"]["state"] == "applied"
-    assert comfy_run("v0_29")["status"]["device_list"]["reason"] == \
-        "get_all_torch_devices has an NPU branch (is_nvidia is enough)"
-
-
-def test_bf16_before_the_npu_branch(comfy_run, tmp_path_factory):
-    """ComfyUI before v0.3.15: should_use_bf16 falls through to CUDA on the NPU."""
-    variant = variant_without(tmp_path_factory, "v0_3_45",
-                              "    if is_ascend_npu():\n        return True\n    props = ", keep="    props = ")
-    broken = comfy_run(variant, ASCEND_SHIM="0")["probes"]["should_use_bf16"]
-    assert broken.startswith(NO_DRIVER)
-    result = comfy_run(variant)
-    assert result["probes"]["should_use_bf16"] == ok(True)
-    assert result["status"]["bf16_legacy"]["state"] == "applied"

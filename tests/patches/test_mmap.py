@@ -1,6 +1,6 @@
 """The ``mmap`` patch before v0.3.45: only file-mapped tensors are copied into RAM.
 
-ComfyUI 0.3.11 - 0.3.44 has no ``DISABLE_MMAP``; the patch wraps
+ComfyUI before 0.3.45 has no ``DISABLE_MMAP``; the patch wraps
 ``load_torch_file``. A safetensors load on the CPU hands out views of a file
 mapping (copied, so the NPU copy later reads plain RAM); a load with
 ``device=npu`` is already on the device and must not be copied again, or the
@@ -19,7 +19,7 @@ import torch
 import safetensors.torch
 import comfy.model_management  # noqa: F401  (ComfyUI's order: the device is known first)
 import comfy.utils as cu
-from testbed.comfy_fakes import tensor_is_file_backed
+from testbed.file_mapping import tensor_is_file_backed
 
 
 def anonymous_bytes():
@@ -56,10 +56,14 @@ print(json.dumps({"npu": npu, "cpu": cpu}))
 def measured(bed_python, tmp_path_factory):
     import harness
 
+    # the newest real release without DISABLE_MMAP (found by reading its comfy.utils)
+    version = harness.comfyui_versions_with("ascend", without=("disable_mmap",))[-1]
+    comfy = harness.comfyui_dir(version)
+
     def run(**env):
         script = tmp_path_factory.mktemp("mmap") / "loads.py"
         script.write_text(LOADS)
-        proc = harness.run([str(bed_python), str(script)], harness.bed_env("ascend-cu130", "v0_3_11", **env),
+        proc = harness.run([str(bed_python), str(script)], harness.bed_env("ascend-cu130", comfy, **env),
                            script.parent)
         return harness.last_json(proc)
 

@@ -1,4 +1,4 @@
-"""Fake ``comfy.ops`` (shape v0_3_10): ``pick_operations`` with the
+"""Fake ``comfy.ops`` (before_ascend_support): ``pick_operations`` with the
 v0.2.4 - v0.3.67 signature, probing ``supports_fp8_compute`` first."""
 import torch
 import comfy.model_management

@@ -1,4 +1,4 @@
-"""Fake ``comfy.cli_args`` (shape v0_3_10, before Ascend support, before
+"""Fake ``comfy.cli_args`` (before_ascend_support) before Ascend support, before
 ``--supports-fp8-compute``/``--disable-mmap``; ``--fast`` is still a plain switch)."""
 import argparse
 

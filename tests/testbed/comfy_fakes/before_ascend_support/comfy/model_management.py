@@ -1,4 +1,4 @@
-"""Fake ``comfy.model_management`` (shape v0_3_10): before Ascend support.
+"""Fake ``comfy.model_management`` (before_ascend_support): before Ascend support.
 
 No torch_npu import, no ``is_ascend_npu``, no NPU branch anywhere:
 ``get_torch_device()`` goes xpu -> cuda, so without ``--cpu`` the import-time

@@ -1,4 +1,4 @@
-"""Fake ``comfy.utils`` (shape v0_3_10): no ``DISABLE_MMAP`` yet, so
+"""Fake ``comfy.utils`` (before_ascend_support): no ``DISABLE_MMAP`` yet, so
 ``.safetensors`` tensors are always views of the file mapping."""
 import torch
 import safetensors
