@@ -6,7 +6,7 @@ when one is present. ``get_torch_device()`` is what ComfyUI computes with, so
 a patch acts only where that device is an NPU.
 """
 
-PREDATES_ASCEND = "this ComfyUI predates Ascend support (needs v0.3.11+)"
+PREDATES_ASCEND = "this ComfyUI predates Ascend support (no is_ascend_npu in comfy.model_management)"
 
 
 def why_npu_not_chosen(mm):

@@ -209,7 +209,7 @@ def test_comfyui_before_ascend_support_is_left_alone(comfy_run):
     result = comfy_run(BEFORE_ASCEND, machine="cpu", flags=("--cpu",), kitchen=None)
     status = result["status"]
     for name in ("is_nvidia", "compute_probes", "import_constants", "announce"):
-        assert status[name]["reason"] == "this ComfyUI predates Ascend support (needs v0.3.11+)"
+        assert status[name]["reason"] == "this ComfyUI predates Ascend support (no is_ascend_npu in comfy.model_management)"
     assert all(result["originals"].values())
 
 
