@@ -407,7 +407,7 @@ class Matrix:
         from ascend_shim.kitchen import contract
 
         if case.convrot and kitchen_rotation() is None:
-            return "ConvRot needs comfy-kitchen's Hadamard rotation; %s" % KITCHEN_ABSENT
+            return KITCHEN_ABSENT  # ConvRot's Hadamard rotation is kitchen's
         if case.path == "npu":
             declined = contract.check(contract.int8_linear_call(**kwargs), frozenset({None}))
             if declined:
@@ -907,8 +907,8 @@ def text_report(result):
     for reason, names in result.get("not_checked", {}).items():
         lines.append(fill("NOT checked: %s (%s)%s" % (
             "; ".join(names), reason,
-            ": comfy-kitchen's dispatch of int8_linear to the shim was not tested; install it in "
-            "this venv and run selftest again" if reason == KITCHEN_ABSENT else ""), 2))
+            ": comfy-kitchen's dispatch of int8_linear to the shim and its ConvRot rotation were not "
+            "tested; install it in this venv and run selftest again" if reason == KITCHEN_ABSENT else ""), 2))
     if failed:
         lines.append(fill(
             "%d check(s) failed: %s. To report it, paste this whole output (or `python -m "
