@@ -154,7 +154,7 @@ def run(m_values: List[int], repeat: int, warmup: int, setup: Optional[Tuple[Any
         setup = _device(torch, reason)
     device, ops, sync, emulated = setup
     on_device = device.type == "npu"
-    rows = []
+    rows: List[Dict[str, Any]] = []
     total = len(LAYERS) * len(m_values)
     work_total = sum(m * k * n for _, k, n in LAYERS for m in m_values)
     work_done, started = 0, time.perf_counter()

@@ -4,12 +4,15 @@ Exit status, the same for every command:
   0  done, nothing wrong
   1  a problem was found (doctor), a check failed (selftest), a module given
      to ``status --import`` failed to import
-  2  bad command line (argparse)
+  2  bad command line (argparse), or token counts the device cannot hold (bench)
   3  the command needs an Ascend NPU and there is none (selftest; bench, after
      printing the host-side timings it could take)
   4  the command itself failed: a bug in the shim, reported in one line
      (set ASCEND_SHIM_DEBUG=1 for the traceback)
   130 interrupted (Ctrl-C)
+
+A reader that closes the pipe early (``| head``) does not change the status:
+the command runs to its end and what it writes after that is dropped.
 """
 
 import argparse

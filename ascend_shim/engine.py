@@ -172,7 +172,8 @@ def _apply(record) -> None:
             return _set(record, SKIPPED, reason)
         patch.apply(changes, module)
     except NotAFunction as skip:  # nothing the patch may wrap: skipped, not applied
-        return _undo_quietly(changes) or _set(record, SKIPPED, str(skip))
+        _undo_quietly(changes)
+        return _set(record, SKIPPED, str(skip))
     except Exception as exc:
         _undo_quietly(changes)
         _set(record, FAILED, "%s: %s" % (type(exc).__name__, exc))
