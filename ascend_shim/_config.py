@@ -39,6 +39,12 @@ def _warn(text):
     warn(text)
 
 
+def warn_unknown_disable_names(names):
+    """One short line for ASCEND_SHIM_DISABLE names no patch has (``status`` lists them)."""
+    _warn("ASCEND_SHIM_DISABLE ignores unknown %s; `python -m ascend_shim status` lists the patches"
+          % shorten(", ".join(names), 40))
+
+
 def _flag(env, name, default):
     raw = env.get(name)
     if raw is None or raw.strip() == "":

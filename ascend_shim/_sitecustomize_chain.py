@@ -37,6 +37,11 @@ def _next_spec(mine):
     return spec
 
 
+# the sitecustomize files that chained on (read by ``ascend_shim.activation``:
+# sys.modules["sitecustomize"] names the last one only)
+callers = []
+
+
 def run_next(caller_file):
     """Execute the next ``sitecustomize`` as the module ``sitecustomize``; its errors propagate.
 
@@ -46,6 +51,7 @@ def run_next(caller_file):
     import _frozen_importlib
 
     mine = os.path.realpath(os.path.abspath(caller_file))
+    callers.append(os.path.abspath(caller_file))
     spec = _next_spec(mine)
     if spec is None:
         return None

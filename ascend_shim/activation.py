@@ -38,8 +38,10 @@ def _checkout_sitecustomize():
 
     root = os.path.dirname(os.path.dirname(os.path.abspath(ascend_shim.__file__)))
     ours = os.path.join(root, "sitecustomize.py")
-    loaded = getattr(sys.modules.get("sitecustomize"), "__file__", None)
-    if loaded and os.path.isfile(ours) and os.path.abspath(loaded) == ours:
+    # it may have handed sys.modules["sitecustomize"] on to the one it chained to
+    chain = sys.modules.get("ascend_shim._sitecustomize_chain")
+    ran = [getattr(sys.modules.get("sitecustomize"), "__file__", None)] + list(getattr(chain, "callers", ()))
+    if os.path.isfile(ours) and any(path and os.path.abspath(path) == ours for path in ran):
         return ours
     return None
 
@@ -68,6 +70,9 @@ def at_startup():
     if not installed:
         if off is not None:
             why_not = "switched off by ASCEND_SHIM=%s" % off
+        elif sys.flags.no_site:
+            why_not = ("python -S: the site module did not run, so neither ascend_shim.pth nor the "
+                       "checkout's sitecustomize.py could")
         elif pth:
             why_not = "ascend_shim.pth is installed but did not run (python -S?)"
         else:

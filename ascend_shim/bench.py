@@ -5,21 +5,36 @@ Layer shapes follow the real layers measured in comfy-kitchen PR #153
 ``repeat`` runs with device synchronisation, median in ms. Without an NPU
 only the host-side part (the Python around the two kernels) is timed, the
 output says so, and the exit status is 3 (no NPU), as for ``selftest``.
-Progress goes to stderr, one line per measurement.
+
+An *emulated* NPU (its tensors are a Python tensor subclass, so every op runs
+on the host CPU, as on the simulated test bed) is timed too, but its numbers
+are labelled as the emulation's, and its default run is short (one token
+count, one timed run): they say nothing about a 910B.
+
+Sizes the device cannot hold are refused before anything runs (exit 2).
+Progress goes to stderr, one line per measurement, with the time left.
 """
 
-import json
+import os
 import statistics
 import sys
 import time
+from typing import Any, Callable, Dict, List, Optional, Tuple
+
+from ascend_shim import _json_report
 
 NO_NPU = 3
+USAGE = 2
 
 LAYERS = (("attention out", 3840, 3840), ("QKV", 3840, 11520),
           ("FFN up (w1)", 3840, 10240), ("FFN down (w2)", 10240, 3840))
+# (repeat, warmup, token counts) when the command line does not say
+DEFAULTS = (20, 3, [8352, 256])
+EMULATED_DEFAULTS = (1, 0, [256])
+GIB = 1024.0 ** 3
 
 
-def _median_ms(function, sync, warmup, repeat):
+def _median_ms(function: Callable[[], Any], sync: Callable[[], Any], warmup: int, repeat: int) -> float:
     for _ in range(warmup):
         function()
     sync()
@@ -35,18 +50,19 @@ def _median_ms(function, sync, warmup, repeat):
 class _HostOnly:
     """Stand-in ops with the real output shapes and no arithmetic: times the host path."""
 
-    def __init__(self, torch):
+    def __init__(self, torch: Any) -> None:
         self.torch = torch
 
-    def npu_dynamic_quant(self, x):
+    def npu_dynamic_quant(self, x: Any) -> Tuple[Any, Any]:
         return (self.torch.empty(x.shape, dtype=self.torch.int8),
                 self.torch.empty(x.shape[:-1], dtype=self.torch.float32))
 
-    def npu_quant_matmul(self, x1, x2, scale, *, pertoken_scale=None, bias=None, output_dtype=None):
+    def npu_quant_matmul(self, x1: Any, x2: Any, scale: Any, *, pertoken_scale: Any = None,
+                         bias: Any = None, output_dtype: Any = None) -> Any:
         return self.torch.empty((x1.shape[0], x2.shape[1]), dtype=output_dtype)
 
 
-def _progress(text):
+def _progress(text: str) -> None:
     if sys.stderr is not None:
         try:
             sys.stderr.write("bench: %s\n" % text)
@@ -55,32 +71,105 @@ def _progress(text):
             pass
 
 
-def run(m_values, repeat, warmup):
-    from ascend_shim._npu import npu_reason
+def _duration(seconds: float) -> str:
+    if seconds < 60:
+        return "%d s" % max(round(seconds), 1)
+    minutes, seconds = divmod(round(seconds), 60)
+    return "%d min %02d s" % (minutes, seconds)
 
-    reason = npu_reason()
+
+def emulation(torch: Any, device: Any) -> Optional[str]:
+    """Why ``device`` is an emulation, or None for a real device.
+
+    A device backend in C++ (torch_npu) gives plain ``torch.Tensor``s; one
+    emulated in Python gives a tensor subclass whose ops run on the host.
+    """
+    made = type(torch.empty(0, device=device))
+    if made is torch.Tensor:
+        return None
+    return ("its tensors are %s.%s, a Python tensor subclass: every op runs on the host CPU"
+            % (made.__module__, made.__qualname__))
+
+
+def layer_bytes(m: int, k: int, n: int, on_device: bool) -> int:
+    """What one measurement holds at once: weight, its bf16 copy, x, x's codes, outputs."""
+    weight = n * k + n * 4 + (n * k * 2 if on_device else 0)
+    activations = m * k * 2 + m * k + m * 4
+    outputs = m * n * 2 * (2 if on_device else 1)
+    return weight + activations + outputs
+
+
+def _host_memory() -> Optional[int]:
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):
+        return None
+
+
+def capacity(torch: Any, device: Any, emulated: Optional[str]) -> Tuple[Optional[int], str]:
+    """(bytes the benchmark may use, what that is) on ``device``."""
+    host = _host_memory()
+    if device.type != "npu":
+        return host, "of memory on this machine"
+    free = int(torch.npu.mem_get_info(device)[0])
+    if emulated and host is not None and host < free:
+        return host, "of memory on this machine, where the emulated %s lives" % device
+    return free, "free on %s" % device
+
+
+def too_big(m_values: List[int], torch: Any, device: Any, emulated: Optional[str]) -> Optional[str]:
+    """The line that refuses token counts the device cannot hold, or None."""
+    limit, where = capacity(torch, device, emulated)
+    if limit is None:
+        return None
+    on_device = device.type == "npu"
+    need, m, layer = max((layer_bytes(m, k, n, on_device), m, name) for name, k, n in LAYERS for m in m_values)
+    if need <= limit:
+        return None
+    return ("--m %d needs %.1f GiB for layer %s, more than the %.1f GiB %s; give smaller token counts"
+            % (m, need / GIB, layer, limit / GIB, where))
+
+
+def _device(torch: Any, reason: Optional[str]) -> Tuple[Any, Any, Callable[[], Any], Optional[str]]:
+    """(device, ops, sync, emulation) for this machine."""
+    if reason is not None:
+        return torch.device("cpu"), _HostOnly(torch), (lambda: None), None
+    import torch_npu
+
+    device = torch.device("npu", torch.npu.current_device())
+    return device, torch_npu, torch.npu.synchronize, emulation(torch, device)
+
+
+def run(m_values: List[int], repeat: int, warmup: int, setup: Optional[Tuple[Any, ...]] = None,
+        reason: Optional[str] = None) -> Dict[str, Any]:
+    """Time every layer at every token count; ``setup``/``reason`` as ``main`` found them."""
     import torch
 
     from ascend_shim.kitchen import int8_math
 
-    rows = []
-    if reason is None:
-        import torch_npu
+    if setup is None:
+        from ascend_shim._npu import npu_reason
 
-        device = torch.device("npu", torch.npu.current_device())
-        ops, sync = torch_npu, torch.npu.synchronize
-    else:
-        device, ops, sync = torch.device("cpu"), _HostOnly(torch), (lambda: None)
-    total, done = len(LAYERS) * len(m_values), 0
+        reason = npu_reason()
+        setup = _device(torch, reason)
+    device, ops, sync, emulated = setup
+    on_device = device.type == "npu"
+    rows: List[Dict[str, Any]] = []
+    total = len(LAYERS) * len(m_values)
+    work_total = sum(m * k * n for _, k, n in LAYERS for m in m_values)
+    work_done, started = 0, time.perf_counter()
     for name, k, n in LAYERS:
         weight = torch.randint(-127, 128, (n, k), dtype=torch.int8).to(device)
         scale = torch.rand(n, 1, dtype=torch.float32).to(device) / 100
-        dequantized = (weight.float() * scale).to(torch.bfloat16) if reason is None else None
+        dequantized = (weight.float() * scale).to(torch.bfloat16) if on_device else None
         for m in m_values:
-            done += 1
-            _progress("%d/%d %s M=%d K=%d N=%d" % (done, total, name, m, k, n))
+            line = "%d/%d %s M=%d K=%d N=%d" % (len(rows) + 1, total, name, m, k, n)
+            if work_done:  # the time so far, per unit of work, times the work left
+                left = (time.perf_counter() - started) / work_done * (work_total - work_done)
+                line += ", about %s left" % _duration(left)
+            _progress(line)
             x = torch.randn(m, k, dtype=torch.bfloat16).to(device)
-            row = {"layer": name, "M": m, "K": k, "N": n}
+            row: Dict[str, Any] = {"layer": name, "M": m, "K": k, "N": n}
             row["int8_ms"] = _median_ms(lambda: int8_math.npu_quant_linear(x, weight, scale, None,
                                                                            torch.bfloat16, ops),
                                         sync, warmup, repeat)
@@ -89,31 +178,65 @@ def run(m_values, repeat, warmup):
                                             warmup, repeat)
                 row["speedup"] = row["bf16_ms"] / row["int8_ms"]
             rows.append(row)
-    return {"npu": reason is None, "reason": reason, "repeat": repeat, "warmup": warmup, "rows": rows}
+            work_done += m * k * n
+    return {"npu": on_device, "reason": reason, "emulated": emulated, "repeat": repeat,
+            "warmup": warmup, "rows": rows}
 
 
-def main(options):
-    try:
-        import torch  # noqa: F401
-    except Exception as exc:  # not installed, or torch_npu's autoload breaks it
-        print("bench needs torch: %s: %s" % (type(exc).__name__, exc))
-        return NO_NPU
-    result = run(options.m, options.repeat, options.warmup)
+def _print_device_table(result: Dict[str, Any]) -> None:
+    emulated = result["emulated"]
+    if emulated:
+        print("EMULATED NPU: %s. These timings are the emulation's, not an NPU's: the speed-ups "
+              "say nothing about a 910B." % emulated)
+    print("| layer | M | K | N | bf16 linear ms | INT8 ms | speed-up%s |" % (" (emulated)" if emulated else ""))
+    print("|---|---:|---:|---:|---:|---:|---:|")
+    for r in result["rows"]:
+        print("| %s | %d | %d | %d | %.3f | %.3f | %.2fx |" % (
+            r["layer"], r["M"], r["K"], r["N"], r["bf16_ms"], r["int8_ms"], r["speedup"]))
+    print("median of %d run%s after %d warm-up, %s" % (
+        result["repeat"], "" if result["repeat"] == 1 else "s", result["warmup"],
+        "on the emulated device (not an NPU)" if emulated else "device synchronised"))
+
+
+def _no_torch(options: Any, exc: BaseException) -> int:
+    reason = "bench needs torch: %s: %s" % (type(exc).__name__, exc)
     if options.json:
-        print(json.dumps(result, indent=2))
+        _json_report.emit({"npu": False, "reason": reason, "emulated": None, "rows": []})
+    else:
+        print(reason)
+    return NO_NPU
+
+
+def main(options: Any) -> int:
+    try:
+        import torch
+    except Exception as exc:  # not installed, or torch_npu's autoload breaks it
+        return _no_torch(options, exc)
+    from ascend_shim._npu import npu_reason
+
+    reason = npu_reason()
+    setup = _device(torch, reason)
+    device, emulated = setup[0], setup[3]
+    repeat, warmup, m_values = EMULATED_DEFAULTS if emulated else DEFAULTS
+    repeat = options.repeat if options.repeat is not None else repeat
+    warmup = options.warmup if options.warmup is not None else warmup
+    m_values = options.m if options.m is not None else m_values
+    refused = too_big(m_values, torch, device, emulated)
+    if refused:
+        from ascend_shim import _output
+
+        _output.write("bench: %s" % refused)
+        return USAGE
+    result = run(m_values, repeat, warmup, setup, reason)
+    if options.json:
+        _json_report.emit(result)
         return 0 if result["npu"] else NO_NPU
     if result["npu"]:
-        print("| layer | M | K | N | bf16 linear ms | INT8 ms | speed-up |")
-        print("|---|---:|---:|---:|---:|---:|---:|")
-        for r in result["rows"]:
-            print("| %s | %d | %d | %d | %.3f | %.3f | %.2fx |" % (
-                r["layer"], r["M"], r["K"], r["N"], r["bf16_ms"], r["int8_ms"], r["speedup"]))
-        print("median of %d runs after %d warm-up, device synchronised" % (result["repeat"], result["warmup"]))
-    else:
-        print("no NPU here (%s): host overhead only, device kernels excluded" % result["reason"])
-        print("| layer | M | K | N | host ms per call |")
-        print("|---|---:|---:|---:|---:|")
-        for r in result["rows"]:
-            print("| %s | %d | %d | %d | %.4f |" % (r["layer"], r["M"], r["K"], r["N"], r["int8_ms"]))
-        return NO_NPU
-    return 0
+        _print_device_table(result)
+        return 0
+    print("no NPU here (%s): host overhead only, device kernels excluded" % result["reason"])
+    print("| layer | M | K | N | host ms per call |")
+    print("|---|---:|---:|---:|---:|")
+    for r in result["rows"]:
+        print("| %s | %d | %d | %d | %.4f |" % (r["layer"], r["M"], r["K"], r["N"], r["int8_ms"]))
+    return NO_NPU

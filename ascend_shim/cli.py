@@ -4,18 +4,21 @@ Exit status, the same for every command:
   0  done, nothing wrong
   1  a problem was found (doctor), a check failed (selftest), a module given
      to ``status --import`` failed to import
-  2  bad command line (argparse)
+  2  bad command line (argparse), or token counts the device cannot hold (bench)
   3  the command needs an Ascend NPU and there is none (selftest; bench, after
      printing the host-side timings it could take)
   4  the command itself failed: a bug in the shim, reported in one line
      (set ASCEND_SHIM_DEBUG=1 for the traceback)
   130 interrupted (Ctrl-C)
+
+A reader that closes the pipe early (``| head``) does not change the status:
+the command runs to its end and what it writes after that is dropped.
 """
 
 import argparse
 import os
 import sys
-from typing import List, Optional
+from typing import Any, List, Optional
 
 from ascend_shim import __version__, _output
 
@@ -84,7 +87,8 @@ def build_parser() -> argparse.ArgumentParser:
         description="ComfyUI on Ascend NPUs: status and diagnostics",
         epilog="exit status: 0 ok, 1 problem found / check failed, 2 bad command line, "
                "3 no NPU for a command that needs one, 4 internal error, 130 interrupted")
-    parser.add_argument("--version", action="version", version="ascend_shim %s" % __version__)
+    version = "ascend_shim %s" % __version__
+    parser.add_argument("--version", action="version", version=version)
     sub = parser.add_subparsers(dest="command")
     status = sub.add_parser("status", help="is the shim installed, and what does it patch here")
     status.add_argument("--json", action="store_true", help="everything, machine-readable")
@@ -94,30 +98,77 @@ def build_parser() -> argparse.ArgumentParser:
                              "folder), repeatable; exit 1 when it fails")
     status.set_defaults(func=cmd_status)
     doctor = sub.add_parser("doctor", help="what is installed and what is wrong (exit 1 on a problem)")
-    doctor.add_argument("--json", action="store_true")
+    doctor.add_argument("--json", action="store_true", help="the report and each finding, machine-readable")
     doctor.add_argument("--comfyui", metavar="DIR", help="the ComfyUI folder to inspect (default: the current one)")
     doctor.set_defaults(func=cmd_doctor)
     selftest = sub.add_parser("selftest", help="check the INT8 path on the NPU")
-    selftest.add_argument("--json", action="store_true")
+    selftest.add_argument("--json", action="store_true",
+                          help="every check with its numbers and device calls, machine-readable")
     selftest.set_defaults(func=cmd_selftest)
     bench = sub.add_parser("bench", help="per-layer latency: bf16 linear vs the INT8 path")
-    bench.add_argument("--json", action="store_true")
-    bench.add_argument("--repeat", type=positive_int, default=20, help="timed runs per layer (default 20)")
-    bench.add_argument("--warmup", type=non_negative_int, default=3,
-                       help="untimed runs before timing (default 3)")
-    bench.add_argument("--m", type=token_counts, default=[8352, 256], metavar="M[,M...]",
-                       help="comma-separated token counts (default 8352,256)")
+    bench.add_argument("--json", action="store_true", help="each layer's timings, machine-readable")
+    # the defaults depend on the device (bench.defaults): an emulated one gets a short run
+    bench.add_argument("--repeat", type=positive_int, default=None,
+                       help="timed runs per layer (default 20; 1 on an emulated device)")
+    bench.add_argument("--warmup", type=non_negative_int, default=None,
+                       help="untimed runs before timing (default 3; 0 on an emulated device)")
+    bench.add_argument("--m", type=token_counts, default=None, metavar="M[,M...]",
+                       help="comma-separated token counts (default 8352,256; 256 on an emulated device)")
     bench.set_defaults(func=cmd_bench)
+    # `status --version` works as well as `--version` before the command
+    for command in (status, doctor, selftest, bench):
+        command.add_argument("--version", action="version", version=version)
     return parser
 
 
 def _quiet_broken_pipe() -> None:
-    """The reader went away (``| head``): stop quietly, as other CLI tools do."""
+    """The reader went away (``| head``): the rest of the report goes nowhere."""
     try:
         devnull = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(devnull, sys.stdout.fileno())
+        os.dup2(devnull, sys.__stdout__.fileno() if sys.__stdout__ is not None else 1)
     except Exception:
         pass
+
+
+class _ReaderMayLeave:
+    """stdout for a command whose reader may close the pipe (``| head -c1``).
+
+    The command still runs to its end and its exit status stands (a failed
+    check stays 1); what it writes after the reader left is dropped.
+    """
+
+    def __init__(self, stream: Any) -> None:
+        self._stream = stream
+        self.reader_left = False
+
+    def write(self, text: str) -> int:
+        if not self.reader_left:
+            try:
+                return self._stream.write(text)
+            except BrokenPipeError:
+                self._reader_left()
+        return len(text)
+
+    def writelines(self, lines: Any) -> None:
+        for line in lines:
+            self.write(line)
+
+    def flush(self) -> None:
+        try:
+            self._stream.flush()
+        except BrokenPipeError:
+            self._reader_left()
+            try:
+                self._stream.flush()  # now into /dev/null: the buffer empties
+            except Exception:
+                pass
+
+    def _reader_left(self) -> None:
+        self.reader_left = True
+        _quiet_broken_pipe()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._stream, name)
 
 
 def _usable_stdout() -> None:
@@ -141,13 +192,15 @@ def main(argv: Optional[List[str]] = None) -> int:
     if not getattr(options, "func", None):
         parser.print_help()
         return USAGE
+    stdout = sys.stdout
+    sys.stdout = _ReaderMayLeave(stdout)  # type: ignore[assignment]
     try:
-        code = options.func(options)
+        code: int = options.func(options)
         sys.stdout.flush()
         return code
-    except BrokenPipeError:
-        _quiet_broken_pipe()
-        return OK
+    except BrokenPipeError:  # not stdout's (that one is caught above): the command did not finish
+        _output.write("%s stopped: its output pipe closed" % options.command)
+        return INTERNAL
     except KeyboardInterrupt:
         _output.write("interrupted")
         return 130
@@ -159,3 +212,5 @@ def main(argv: Optional[List[str]] = None) -> int:
         _output.write("%s failed: %s: %s (this is a bug in the shim; ASCEND_SHIM_DEBUG=1 shows "
                       "the traceback)" % (options.command, type(exc).__name__, exc))
         return INTERNAL
+    finally:
+        sys.stdout = stdout

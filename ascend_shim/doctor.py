@@ -6,7 +6,7 @@ the NPU, else 0.
 """
 
 import importlib.util
-import json
+from ascend_shim import _json_report
 import os
 import platform
 import re
@@ -173,7 +173,7 @@ def activation_fix(startup):
     """The one thing to do so that the shim activates in this interpreter."""
     if startup["switched_off"] is not None:
         return "unset ASCEND_SHIM (it is %r)" % startup["switched_off"]
-    if startup["pth"]:
+    if startup["pth"] or sys.flags.no_site:
         return "start python without -S"
     return ("pip install the shim with this python, or start ComfyUI with PYTHONPATH=<shim checkout "
             "root> (the folder holding sitecustomize.py, not ascend_shim/)")
@@ -321,7 +321,7 @@ def _shim_line(shim):
 def main(options):
     report = collect(getattr(options, "comfyui", None))
     if options.json:
-        print(json.dumps(report, indent=2, sort_keys=True, default=str))
+        _json_report.emit(report, sort_keys=True)
     else:
         _print(report, getattr(options, "comfyui", None))
     return 0 if report["ok"] else 1

@@ -19,7 +19,8 @@ import threading
 from typing import Any, Optional
 
 from ascend_shim import _config, _output, _records
-from ascend_shim.patching import APPLIED, APPLYING, DISABLED, FAILED, PENDING, REMOVED, SKIPPED, Changes
+from ascend_shim.patching import (APPLIED, APPLYING, DISABLED, FAILED, PENDING, REMOVED, SKIPPED, Changes,
+                                  NotAFunction)
 
 log = logging.getLogger("ascend_shim")
 
@@ -27,7 +28,8 @@ _lock = threading.RLock()
 _modules: dict = {}   # delivered module name -> the module object last executed
 _late: set = set()    # names delivered as already imported before the hook
 _state: dict = {"started": False, "error": None}
-WRAPT_FIX = "pip install 'wrapt>=1.14' into this venv"
+WRAPT_FIX = ("start python without -S, which leaves site-packages (wrapt's) off sys.path" if sys.flags.no_site
+             else "pip install 'wrapt>=1.14' into this venv")
 
 
 def start() -> None:
@@ -50,8 +52,7 @@ def start() -> None:
             return
         unknown = unknown_disable_names(config)
         if unknown:
-            log.warning("ASCEND_SHIM_DISABLE names unknown patches %s; known: %s, or * for all",
-                        _config.shorten(", ".join(unknown)), ", ".join(sorted(records)))
+            _config.warn_unknown_disable_names(unknown)
         try:
             import wrapt  # noqa: F401  (every wrap needs it)
         except Exception as exc:
@@ -170,6 +171,9 @@ def _apply(record) -> None:
         if reason:
             return _set(record, SKIPPED, reason)
         patch.apply(changes, module)
+    except NotAFunction as skip:  # nothing the patch may wrap: skipped, not applied
+        _undo_quietly(changes)
+        return _set(record, SKIPPED, str(skip))
     except Exception as exc:
         _undo_quietly(changes)
         _set(record, FAILED, "%s: %s" % (type(exc).__name__, exc))

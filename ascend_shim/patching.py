@@ -63,6 +63,20 @@ class Patch:
 _MISSING = object()
 
 
+class NotAFunction(Exception):
+    """What a patch would wrap is not a function (``synchronize = None``): the
+    engine skips the patch with this reason instead of wrapping it."""
+
+
+def _not_a_function(parent: Any, name: str, original: Any) -> Optional[str]:
+    """Why ``original`` cannot be wrapped as a function, or None when it can."""
+    if callable(original) or isinstance(original, (classmethod, staticmethod)):
+        return None
+    owner = getattr(parent, "__qualname__", None) or getattr(parent, "__name__", type(parent).__name__)
+    return "%s.%s is %s, not a function: left as it is" % (
+        owner, name, "None" if original is None else "a %s" % type(original).__name__)
+
+
 def argument(args: tuple, kwargs: dict, position: int, name: str, default: Any = None) -> Any:
     """The argument a wrapped function received at ``position`` or as ``name``."""
     if len(args) > position:
@@ -161,6 +175,9 @@ class Changes:
         import wrapt
 
         parent, name, original = wrapt.resolve_path(owner, attribute)
+        reason = _not_a_function(parent, name, original)
+        if reason:
+            raise NotAFunction(reason)
         switch = _Switch()
         replacement = _wrapper_class()(original, wrapper, enabled=switch)
         wrapt.apply_patch(parent, name, replacement)

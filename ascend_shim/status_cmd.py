@@ -12,7 +12,7 @@ in for the patches) fails to import.
 import contextlib
 import importlib
 import io
-import json
+from ascend_shim import _json_report
 import sys
 
 from ascend_shim import versions
@@ -289,7 +289,7 @@ def _fp8_line(fp8):
 def main(options):
     data = collect(options.imports)
     if options.json:
-        print(json.dumps(data, indent=2, sort_keys=True, default=str))
+        _json_report.emit(data, sort_keys=True)
     else:
         print(render(data, options.verbose))
     failed = _failed(data["imports"])

@@ -34,3 +34,13 @@ def test_disable_list():
     assert config.patch_disabled("mmap") and config.patch_disabled("is_nvidia")
     assert not config.patch_disabled("synchronize")
     assert Config({"ASCEND_SHIM_DISABLE": "*"}).patch_disabled("anything")
+
+
+def test_unknown_disable_names_are_one_short_line_even_when_long(capsys):
+    from ascend_shim import _config
+
+    _config.warn_unknown_disable_names(["x" * 300, "other"])
+    (line,) = capsys.readouterr().err.splitlines()
+    assert line.startswith("ascend_shim: warning: ASCEND_SHIM_DISABLE ignores unknown xxxx")
+    assert "(307 characters)" in line and line.endswith("`python -m ascend_shim status` lists the patches")
+    assert len(line) <= 170

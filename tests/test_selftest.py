@@ -192,6 +192,14 @@ def test_without_comfy_kitchen_convrot_is_skipped_and_the_rest_passes(bed_python
     for name in CONVROT:
         assert "comfy-kitchen is not installed" in checks[name]["skipped"]
     assert "skipped" not in checks[ODD_FP16] and result["versions"]["comfy_kitchen"] is None
+    # kitchen's dispatch is a row of its own, and the report says plainly what was not checked
+    assert checks["comfy-kitchen int8_linear"]["skipped"] == selftest.KITCHEN_ABSENT
+    assert result["not_checked"] == {selftest.KITCHEN_ABSENT: [*CONVROT, "comfy-kitchen int8_linear"]}
+    text = run_selftest(bed_python, tmp_path, kitchen=None, json_output=False)
+    assert text.returncode == 0
+    assert ("NOT checked: %s; %s; comfy-kitchen int8_linear (comfy-kitchen is not installed in this python): "
+            "comfy-kitchen's dispatch of int8_linear to the shim and its ConvRot rotation were not tested; "
+            "install it in this venv and run selftest again" % CONVROT) in " ".join(text.stdout.split())
 
 
 @pytest.mark.parametrize("corruption", sorted(DEVICE_CORRUPTIONS))
