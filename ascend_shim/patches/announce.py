@@ -1,8 +1,9 @@
 """One INFO line in ComfyUI's console saying the shim is active on the NPU."""
 
 import logging
+import sys
 
-from ascend_shim import _records, versions
+from ascend_shim import _output, _records, versions
 from ascend_shim.patching import Patch
 from ascend_shim.patches._guards import why_npu_not_chosen
 
@@ -24,6 +25,20 @@ def apply(changes, mm):
     line = "ascend_shim active on %s: patched %s" % (_npu_name(), ", ".join(patched) or "nothing")
     log.info(line)
     changes.note(line)
+    _warn_cpu_bound_int8()
+
+
+def _warn_cpu_bound_int8():
+    """Settings that leave comfy-kitchen INT8 calls on the CPU: said once, at startup."""
+    if "comfy_kitchen" not in sys.modules:
+        return
+    from ascend_shim.kitchen import int8_gaps
+
+    functions = int8_gaps.cpu_bound()
+    if functions:
+        _output.warn("nothing keeps comfy-kitchen's %s on the NPU (ASCEND_SHIM_DISABLE names int_mm "
+                      "and no NPU backend serves them): they run aten::_int_mm on torch_npu's CPU fallback"
+                      % ", ".join(functions))
 
 
 PATCH = Patch(

@@ -47,6 +47,7 @@ import torch_npu  # noqa: E402
 
 from ascend_shim import _config, _records, engine  # noqa: E402
 from ascend_shim import fp8_effective  # noqa: E402
+from ascend_shim.kitchen import int8_gaps  # noqa: E402
 from testbed import npu_device  # noqa: E402
 
 warnings.simplefilter("ignore")  # torch_npu's fallback warning: the bed counts fallbacks itself
@@ -163,7 +164,7 @@ def run_combo(int8, fp8, disable, reconfigured=True):
     with torch.no_grad():
         layers = {name: run_layer(name) for name in LAYERS}
     return {"int8": int8, "fp8": fp8, "disable": disable, "patches": states,
-            "fp8_report": fp8_effective.report(), "layers": layers}
+            "fp8_report": fp8_effective.report(), "cpu_bound": int8_gaps.cpu_bound(), "layers": layers}
 
 
 start = time.perf_counter()
