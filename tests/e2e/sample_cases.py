@@ -51,6 +51,8 @@ report = {"flags": FLAGS, "arch": OPTS.arch, "variants": {}, "stand_ins": []}
 
 def emit():
     report["seconds"] = round(time.monotonic() - START, 2)
+    times = os.times()
+    report["cpu_seconds"] = round(times.user + times.system, 2)  # on a shared box, wall time says little
     report["log"] = log_stream.getvalue().splitlines()[-60:]
     print(json.dumps(report, default=str))
 
@@ -290,6 +292,7 @@ def run_variant(name, make_state_dict, patch=None, model_options=None):
 spec = models.SPECS[OPTS.arch](seed=0)
 master = spec.build()  # fp32 state dict, on the CPU
 report["parameters"] = sum(t.numel() for t in master.values())
+report["quantized_layers"] = sum(1 for k, t in master.items() if spec.quantized(k, t))
 report["build_seconds"] = round(time.monotonic() - START, 2)
 
 if OPTS.fp32_check:  # the numerical check of the random model: bf16 against fp32, on the CPU

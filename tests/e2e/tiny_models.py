@@ -11,7 +11,9 @@ comfy-kitchen's own layouts (``QuantizedTensor.from_float``).
 
 Random weights at full scale make a DiT unstable (bf16 against fp32 drifts by
 percents of cosine): the modulation (adaLN) weights and biases are scaled down
-by ``MOD_SCALE`` so the CPU bf16 run agrees with fp32 (checked by the test).
+by ``MOD_SCALE``. Measured on the tiny Flux, one forward in bf16 against fp32
+on the CPU: cosine 0.99938 at 0.1, 0.99993 at 0.03, 0.99998 at 0.01; the
+test checks the sampled result (bf16 compute on the NPU against fp32 on the CPU).
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ import math
 
 import torch
 
-MOD_SCALE = 0.1
+MOD_SCALE = 0.01
 
 
 def _comfy_quant(conf: dict) -> torch.Tensor:
