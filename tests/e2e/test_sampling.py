@@ -11,6 +11,7 @@ one fresh interpreter each:
   shim     ascend-cu130 with the shim: what the user runs (bf16 compute)
   lowvram  shim, --lowvram with all VRAM reserved: the weights stream from the host
   noshim   ascend-cu130, ASCEND_SHIM=0: what users saw before the shim
+  noshim-cpu-build  ascend-cpu (CPU torch + torch_npu), ASCEND_SHIM=0
 
 Cosines compare the first step's velocity (the model's output for the same
 input in every run) and the final latent's departure from the noise.
@@ -39,6 +40,8 @@ LEGS = {
     "lowvram": dict(machine="ascend-cu130", args=["--variants", "int8,w4a8"],
                     flags=["--lowvram", "--reserve-vram", "64"], env={}),
     "noshim": dict(machine="ascend-cu130", args=[], flags=[], env={"ASCEND_SHIM": "0"}),
+    # the vendor's setup: the CPU build of torch with torch_npu, no shim
+    "noshim-cpu-build": dict(machine="ascend-cpu", args=[], flags=[], env={"ASCEND_SHIM": "0"}),
 }
 
 
@@ -204,3 +207,21 @@ def test_without_the_shim_comfyui_fails_as_users_saw(leg):
         assert entry["stage"] == "load"
         assert "Found no NVIDIA driver" in entry["error"]
     assert "get_device_properties" in report["cuda_raised"]
+
+
+def test_without_the_shim_on_the_cpu_build_int8_falls_back_and_fp8_stops(leg):
+    """With the CPU build of torch the driver probe passes; then INT8 runs
+    ``aten::_int_mm`` on the host and any float8 tensor stops on the 910B."""
+    report = leg("noshim-cpu-build", "minimax")
+    assert report["device"] == "npu:0"
+    for variant in VARIANTS:
+        entry = report["variants"][variant]
+        print("ASCEND_SHIM=0, CPU torch %s: %s %s %s" % (variant, entry["stage"], entry.get("error", ""),
+                                                         entry["counters"]))
+    assert sampled(report, "bf16")["counters"]["fallbacks"] == {}
+    int8 = sampled(report, "int8")["counters"]
+    assert int8["quant_matmul"] == 0
+    assert int8["fallbacks"].get("aten::_int_mm", 0) >= report["quantized_layers"] * STEPS
+    for variant in ("w4a8", "fp8"):  # W4A8's fp8 group scales, fp8 weights
+        entry = report["variants"][variant]
+        assert entry["stage"] == "sample" and "Float8_e4m3fn has not been supported" in entry["error"], entry
