@@ -92,10 +92,12 @@ PY
 }
 
 suite_args() {  # what each Python runs: the startup-only files run once, on 3.11
+    # and so does the end-to-end sampling (tests/e2e): on 3.13 + torch 2.12 it
+    # gave the same cosines and counts to 6 digits for ~2 more CPU minutes
     if [ "$1" = "3.11" ]; then
         echo "tests"
     else
-        echo "tests --ignore=tests/test_bootstrap.py --ignore=tests/test_wrapt_range.py"
+        echo "tests --ignore=tests/test_bootstrap.py --ignore=tests/test_wrapt_range.py --ignore=tests/e2e"
     fi
 }
 

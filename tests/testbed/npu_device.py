@@ -738,6 +738,33 @@ class _Hooks(torch._C._acc.PrivateUse1Hooks):
         return True
 
 
+class _Generator(torch._C.Generator):
+    """``torch.Generator`` that also takes ``device="npu"``, as with torch_npu.
+
+    torch_npu registers an NPU generator in C++ (its PrivateUse1 hooks'
+    ``getNewGenerator``); Python hooks cannot, so the bed hands out a CPU
+    generator that reports the npu device. Random ops on npu tensors run on
+    their CPU data in ``_dispatch``, where a CPU generator is what the kernel
+    takes. ComfyUI and comfy-kitchen create one per device for stochastic
+    rounding (a LoRA patched into int8 / fp8 weights).
+    """
+
+    def __new__(cls, device=None):
+        target = torch.device(device) if isinstance(device, (str, int)) else device
+        if target is not None and target.type == DEVICE_TYPE:
+            index = _index_of(target)
+            _check_index(index)
+            gen = super().__new__(cls, device="cpu")
+            gen._npu_index = index
+            return gen
+        return super().__new__(cls) if device is None else super().__new__(cls, device=device)
+
+    @property
+    def device(self) -> torch.device:
+        index = getattr(self, "_npu_index", None)
+        return super().device if index is None else torch.device(DEVICE_TYPE, index)
+
+
 def _minimal_module() -> types.ModuleType:
     """torch.npu before torch_npu supplies the full one (tests of the device alone)."""
     m = types.ModuleType("torch.npu")
@@ -795,6 +822,7 @@ def activate(backend_module: types.ModuleType | None = None, count: int | None =
             fallback.fallback(torch.library.fallthrough_kernel, dispatch_key="AutocastPrivateUse1")
             _libs.append(fallback)
             _AFTER_PYTHON = torch._C._dispatch_keyset_full_after(torch._C.DispatchKey.Python)
+            torch.Generator = _Generator
             # torch.load(weights_only=True), the default, may rebuild npu tensors.
             torch.serialization.add_safe_globals([_rebuild])
             _state["module"] = module

@@ -373,6 +373,23 @@ class _Checks:
         with pytest.raises(TypeError, match="can't convert npu:0 device type tensor to numpy"):
             x.numpy()
 
+    def test_generator_on_npu(self):
+        # torch_npu gives every NPU a generator: ComfyUI's and kitchen's
+        # stochastic rounding (a LoRA on int8/fp8 weights) asks for one
+        gen = torch.Generator(device="npu")
+        assert gen.device == torch.device("npu", 0)
+        assert isinstance(gen, torch.Generator)
+        gen.manual_seed(5)
+        first = torch.rand(4, 8, device="npu", generator=gen)
+        ints = torch.randint(0, 256, (16,), dtype=torch.uint8, device="npu", generator=gen)
+        assert first.device.type == "npu" and ints.device.type == "npu"
+        gen.manual_seed(5)
+        assert torch.equal(torch.rand(4, 8, device="npu", generator=gen).cpu(), first.cpu())
+        assert torch.Generator().device == torch.device("cpu")
+        assert torch.Generator(device="cpu").device == torch.device("cpu")
+        with pytest.raises(RuntimeError):
+            torch.Generator(device="npu:7")
+
     def test_memory_accounting(self):
         base = nd.memory_allocated()
         t = torch.empty(1024, 1024, dtype=torch.uint8, device="npu")

@@ -1,0 +1,315 @@
+"""A real sampling workflow on a real ComfyUI tree, in a fresh interpreter.
+
+    python sample_cases.py <comfyui-dir> <out-dir> --arch flux [--variants bf16,int8,w4a8,fp8]
+                           [--lora] [-- <ComfyUI flags>]
+
+Builds a tiny, seeded, random checkpoint of a real architecture (the
+architecture's own ComfyUI class gives the keys and shapes; ComfyUI's model
+detection has to recognise it from the shapes alone), writes one safetensors
+file per variant in ComfyUI 0.30's on-disk format (weights quantized with
+comfy-kitchen's own layouts), loads each with ``comfy.sd.load_diffusion_model``
+and runs a few steps of ``comfy.sample.sample`` with random conditioning.
+
+Prints one JSON object: per variant the stage reached (or the error, as the
+user would see it), what was detected, where the weights sat while sampling,
+the bed's counters (CPU fallbacks, NPU quant op calls, float8 tensors on the
+device) and the latent's statistics; each latent is saved to
+``<out-dir>/<variant>.pt`` for the test to compare against the CPU reference.
+The assertions live in ``test_sampling.py``.
+"""
+
+import argparse
+import importlib
+import importlib.abc
+import importlib.machinery
+import importlib.util
+import io
+import json
+import logging
+import os
+import sys
+import time
+import types
+
+START = time.monotonic()
+parser = argparse.ArgumentParser()
+parser.add_argument("comfy_dir")
+parser.add_argument("out_dir")
+parser.add_argument("--arch", default="flux")
+parser.add_argument("--variants", default="bf16,int8,w4a8,fp8")
+parser.add_argument("--steps", type=int, default=3)
+parser.add_argument("--lora", action="store_true", help="also sample the int8 model with a LoRA")
+parser.add_argument("--fp32-check", action="store_true", help="also sample the fp32 weights (CPU)")
+split = sys.argv.index("--") if "--" in sys.argv else len(sys.argv)
+OPTS = parser.parse_args(sys.argv[1:split])
+FLAGS = sys.argv[split + 1:]
+
+log_stream = io.StringIO()
+logging.basicConfig(level=logging.INFO, stream=log_stream, format="%(name)s %(levelname)s %(message)s")
+report = {"flags": FLAGS, "arch": OPTS.arch, "variants": {}, "stand_ins": []}
+
+
+def emit():
+    report["seconds"] = round(time.monotonic() - START, 2)
+    times = os.times()
+    report["cpu_seconds"] = round(times.user + times.system, 2)  # on a shared box, wall time says little
+    report["log"] = log_stream.getvalue().splitlines()[-60:]
+    print(json.dumps(report, default=str))
+
+
+def error_line(exc):
+    text = str(exc).strip().splitlines()
+    return "%s: %s" % (type(exc).__name__, text[0] if text else "")
+
+
+# --------------------------------------------------------------------------- absent packages
+
+class _Absent(types.ModuleType):
+    """A package with no build for this torch (torchvision/torchaudio for torch
+    2.12/2.13 here): importable, so that comfy.sd imports, but any use raises."""
+
+    def __getattr__(self, name):
+        if name.startswith("__"):
+            raise AttributeError(name)
+
+        def unavailable(*args, **kwargs):
+            raise ImportError("%s.%s: %s is not installed here" % (self.__name__, name,
+                                                                    self.__name__.split(".")[0]))
+        return unavailable
+
+
+class _AbsentFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
+    def __init__(self, roots):
+        self.roots = roots
+
+    def find_spec(self, name, path=None, target=None):
+        if name.split(".")[0] in self.roots:
+            return importlib.machinery.ModuleSpec(name, self, is_package=True)
+        return None
+
+    def create_module(self, spec):
+        module = _Absent(spec.name)
+        module.__path__ = []
+        return module
+
+    def exec_module(self, module):
+        pass
+
+
+def stand_in_for_absent(names):
+    missing = []
+    for name in names:
+        try:
+            importlib.import_module(name)
+        except Exception:  # absent, or a build for another torch
+            for key in [k for k in sys.modules if k == name or k.startswith(name + ".")]:
+                del sys.modules[key]
+            missing.append(name)
+    if missing:
+        sys.meta_path.insert(0, _AbsentFinder(set(missing)))
+    return missing
+
+
+# --------------------------------------------------------------------------- start ComfyUI
+
+sys.path.insert(0, OPTS.comfy_dir)
+sys.argv = [os.path.join(OPTS.comfy_dir, "main.py")] + FLAGS
+report["stand_ins"] = stand_in_for_absent(["torchvision", "torchaudio"])
+try:
+    import comfy.options
+
+    comfy.options.enable_args_parsing()
+    import comfy.model_management as mm  # what main.py imports first; it picks the device
+except BaseException as exc:  # the ASCEND_SHIM=0 leg: ComfyUI stops here
+    report["startup"] = error_line(exc)
+    emit()
+    sys.exit(0)
+
+import torch  # noqa: E402
+
+import comfy.sample  # noqa: E402
+import comfy.sd  # noqa: E402
+import comfy.utils  # noqa: E402
+import safetensors.torch  # noqa: E402
+from comfy.quant_ops import QuantizedTensor  # noqa: E402
+
+import tiny_models as models  # noqa: E402  (beside this script)
+
+try:
+    from testbed import machine, npu_device
+except ImportError:
+    machine = npu_device = None
+on_npu = machine is not None and machine.active() in ("ascend-cu130", "ascend-cpu") \
+    and "torch_npu" in sys.modules
+report["startup"] = "ok"
+report["device"] = str(mm.get_torch_device())
+report["vram_state"] = mm.vram_state.name
+report["torch"] = torch.__version__
+if "ascend_shim.engine" in sys.modules:
+    import ascend_shim
+
+    report["shim"] = {row["name"]: row["state"] for row in ascend_shim.status()["patches"]}
+
+
+def reset_counters():
+    if on_npu:
+        import torch_npu
+
+        torch_npu._testbed.reset()
+        npu_device.reset_cpu_fallbacks()
+
+
+def counters():
+    if not on_npu:
+        return {}
+    import torch_npu
+
+    return {"fallbacks": dict(npu_device.cpu_fallbacks()),
+            "quant_matmul": torch_npu._testbed.calls["npu_quant_matmul"],
+            "dynamic_quant": torch_npu._testbed.calls["npu_dynamic_quant"],
+            "errors": [list(e) for e in torch_npu._testbed.errors][:5]}
+
+
+def tensors_of(module):
+    """(name, tensor) of every parameter and buffer, quantized weights' inner tensors included."""
+    for name, t in list(module.named_parameters()) + list(module.named_buffers()):
+        if isinstance(t, QuantizedTensor):
+            yield name, t._qdata
+            params = t._params
+            for field in params._tensor_fields():
+                inner = getattr(params, field, None)
+                if isinstance(inner, torch.Tensor):
+                    yield name + "." + field, inner
+        else:
+            yield name, t
+
+
+def placement(module):
+    """Where the weights sit: tensors per device type, float8 tensors on a device."""
+    where = {}
+    float8 = []
+    for name, t in tensors_of(module):
+        where[t.device.type] = where.get(t.device.type, 0) + 1
+        if t.device.type != "cpu" and t.dtype.itemsize == 1 and t.dtype.is_floating_point:
+            float8.append(name)
+    return {"devices": where, "float8_on_device": float8}
+
+
+def layer_kinds(module):
+    kinds = {}
+    for name, t in module.named_parameters():
+        if name.endswith(".weight"):
+            kind = t._layout_cls if isinstance(t, QuantizedTensor) else str(t.dtype)
+            kinds[kind] = kinds.get(kind, 0) + 1
+    return kinds
+
+
+def flat(t):
+    """One CPU fp32 vector of a tensor, a nested tensor (video + audio) or a list of tensors."""
+    if getattr(t, "is_nested", False):
+        t = t.unbind()
+    if isinstance(t, (list, tuple)):
+        return torch.cat([flat(x) for x in t])
+    return t.detach().float().cpu().flatten()
+
+
+def first_tensor(x):
+    return x if torch.is_tensor(x) and not getattr(x, "is_nested", False) else first_tensor(
+        x.unbind()[0] if torch.is_tensor(x) else x[0])
+
+
+def sample_once(patcher, spec, seed=7):
+    """A few steps of ComfyUI's sampler; the weights' placement seen from inside the model."""
+    diffusion_model = patcher.model.diffusion_model
+    seen = {}
+
+    def look(module, args):
+        if not seen:
+            seen.update(placement(module))
+            if on_npu:
+                seen["npu_bytes"] = npu_device.memory_allocated()
+            seen["input_device"] = str(first_tensor(args[0]).device)
+
+    def keep_first_output(module, args, output):
+        if "velocity" not in seen:  # the first step's prediction: same input in every run
+            seen["velocity"] = flat(output)
+
+    hook = diffusion_model.register_forward_pre_hook(look)
+    hook_out = diffusion_model.register_forward_hook(keep_first_output)
+    try:
+        latent = spec.latent()
+        noise = comfy.sample.prepare_noise(latent, seed)
+        positive, negative = spec.conditioning(seed)
+        out = comfy.sample.sample(patcher, noise, OPTS.steps, 1.0, "euler", "simple", positive, negative,
+                                  latent, denoise=1.0, disable_pbar=True, seed=seed)
+    finally:
+        hook.remove()
+        hook_out.remove()
+    # what the model added: with a zero velocity the sampler would return the noise itself
+    contribution = flat(out) - flat(patcher.model.process_latent_out(noise))
+    return contribution, seen
+
+
+def run_variant(name, make_state_dict, patch=None, model_options=None):
+    entry = report["variants"].setdefault(name, {})
+    started = time.monotonic()
+    path = os.path.join(OPTS.out_dir, "%s.safetensors" % name)
+    try:
+        entry["stage"] = "write"
+        safetensors.torch.save_file(make_state_dict(), path)
+        entry["stage"] = "load"
+        reset_counters()
+        patcher = comfy.sd.load_diffusion_model(path, model_options=model_options or {})
+        entry["compute_dtype"] = str(patcher.model.get_dtype())
+        entry["model_class"] = type(patcher.model).__name__
+        entry["config"] = type(patcher.model.model_config).__name__
+        entry["unet_config"] = {k: v for k, v in patcher.model.model_config.unet_config.items()
+                                if isinstance(v, (int, float, str, bool))}
+        entry["layers"] = layer_kinds(patcher.model.diffusion_model)
+        if patch is not None:
+            entry["stage"] = "lora"
+            patcher = patch(patcher)
+        entry["stage"] = "sample"
+        reset_counters()
+        out, seen = sample_once(patcher, spec)
+        entry["counters"] = counters()
+        entry["while_sampling"] = seen
+        entry["stage"] = "done"
+        entry["finite"] = bool(torch.isfinite(out).all())
+        entry["std"] = float(out.std())
+        entry["numel"] = out.numel()
+        velocity = seen.pop("velocity")
+        entry["velocity_std"] = float(velocity.std())
+        torch.save({"latent": out, "velocity": velocity}, os.path.join(OPTS.out_dir, "%s.pt" % name))
+        del patcher
+        mm.unload_all_models()
+    except BaseException as exc:
+        entry["error"] = error_line(exc)
+        entry["counters"] = counters()
+    entry["seconds"] = round(time.monotonic() - started, 2)
+
+
+spec = models.SPECS[OPTS.arch](seed=0)
+master = spec.build()  # fp32 state dict, on the CPU
+report["parameters"] = sum(t.numel() for t in master.values())
+report["quantized_layers"] = sum(1 for k, t in master.items() if spec.quantized(k, t))
+report["build_seconds"] = round(time.monotonic() - START, 2)
+
+if OPTS.fp32_check:  # the numerical check of the random model: bf16 against fp32, on the CPU
+    run_variant("fp32", lambda: master, model_options={"dtype": torch.float32})
+    run_variant("bf16_compute", lambda: models.checkpoint(master, spec, "bf16"),
+                model_options={"dtype": torch.bfloat16})
+for variant in OPTS.variants.split(","):
+    run_variant(variant, lambda: models.checkpoint(master, spec, variant))
+if OPTS.lora:
+    lora = models.lora_for(master, spec, seed=1)
+
+    def with_lora(patcher):
+        patched, _ = comfy.sd.load_lora_for_models(patcher, None, lora, 1.0, 0.0)
+        report["variants"]["int8_lora"]["lora_patches"] = len(patched.patches)
+        return patched
+
+    run_variant("int8_lora", lambda: models.checkpoint(master, spec, "int8"), patch=with_lora)
+if machine is not None:
+    report["cuda_raised"] = sorted(set(machine.cuda_calls()))
+emit()
