@@ -45,6 +45,13 @@ torch_for() {  # the torch each suite tests with
     esac
 }
 
+torchvision_for() {  # the torchvision built for that torch, where the registry has one
+    case "$1" in
+        3.13) echo "torchvision==0.27.0" ;;  # torch 2.12.0 (cu130); none exists for 2.13.0+cpu
+        *) echo "" ;;
+    esac
+}
+
 venv_for() {
     if [ "$1" = "3.11" ]; then echo "${ASCEND_SHIM_TEST_VENV:-.venv-test}"; else echo ".venv-test-$1"; fi
 }
@@ -70,6 +77,10 @@ prepare() {  # prepare 3.11: the venv and the downloads, before any test runs
     "$venv/bin/python" -m pip install -q --disable-pip-version-check \
         -r tests/requirements-comfyui.txt -c "$pin"
     rm -f "$pin"
+    # --no-deps: its torch requirement must never reinstall torch
+    if [ -n "$(torchvision_for "$minor")" ]; then
+        "$venv/bin/python" -m pip install -q --disable-pip-version-check --no-deps "$(torchvision_for "$minor")"
+    fi
     ASCEND_SHIM_TEST_CACHE="$PWD/$cache" "$venv/bin/python" - <<'PY'
 import sys
 sys.path.insert(0, "tests")
