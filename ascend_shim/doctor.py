@@ -185,8 +185,8 @@ def _kitchen_for_comfyui(report, findings, folder):
     use = comfyui_kitchen.in_use(folder) if report["torch"].get("installed") else {"available": None,
                                                                                   "error": None}
     comfyui["kitchen_in_use"] = use["available"]
-    if use["available"] is False:
-        findings.add(PROBLEM, "%s runs without comfy-kitchen: quantized (INT8, fp8) layers reach no "
+    if use["available"] is False:  # the shim's INT8 path needs kitchen; elsewhere it is ComfyUI's affair
+        findings.add(PROBLEM if report["npu"]["available"] else WARNING, "%s runs without comfy-kitchen: quantized (INT8, fp8) layers reach no "
                      "kitchen backend, the shim's included (%s)" % (name, use["error"] or
                                                                    "comfy.quant_ops._CK_AVAILABLE is False"),
                      "pip install 'comfy-kitchen%s'" % "".join(pin) if pin else "reinstall comfy-kitchen")
