@@ -149,7 +149,10 @@ def _withdraw_without_npu():
     no other patch will act in this process, so the shim leaves the import path."""
     from ascend_shim import _npu
 
-    why = _npu.npu_reason()
+    try:
+        why = _npu.npu_reason()
+    except Exception as exc:  # torch_npu without an importable torch: no NPU either
+        why = "torch does not import (%s: %s)" % (type(exc).__name__, exc)
     if why:
         debug("leaving the import path: %s" % why)
         ascend_shim.withdraw(why)
