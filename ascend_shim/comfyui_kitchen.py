@@ -83,3 +83,31 @@ def in_use(folder: str) -> dict:
     why = next((m for m in handler.messages if "comfy_kitchen" in m), None)
     return {"available": None if available is None else bool(available),
             "error": why if available is False else None}
+
+
+def check(report: dict, findings) -> None:
+    """doctor's findings: ComfyUI's own kitchen pin, and whether this ComfyUI uses kitchen."""
+    comfyui, kitchen = report["comfyui"], report["comfy_kitchen"]
+    folder = comfyui["path"]
+    pin = pinned(folder)
+    wanted = "comfy-kitchen%s" % "".join(pin) if pin else None
+    comfyui["kitchen_pin"] = "".join(pin) if pin else None
+    name = "ComfyUI %s" % (comfyui["version"] or "")
+    if pin and not kitchen["installed"]:
+        findings.add("warning", "comfy-kitchen is not installed; %s asks for %s" % (name, wanted),
+                     "pip install '%s'" % wanted)
+    elif pin and kitchen.get("version") and not satisfies(kitchen["version"], pin):
+        findings.add("warning", "comfy-kitchen %s is installed; %s asks for %s (its requirements.txt)"
+                     % (kitchen["version"], name, wanted), "pip install '%s'" % wanted)
+    use = in_use(folder) if report["torch"].get("installed") else {"available": None, "error": None}
+    comfyui["kitchen_in_use"] = use["available"]
+    if use["available"] is False:
+        # the shim's INT8 path needs kitchen; off the NPU it is ComfyUI's own affair
+        findings.add("problem" if report["npu"]["available"] else "warning",
+                     "%s runs without comfy-kitchen: quantized (INT8, fp8) layers reach no kitchen "
+                     "backend, the shim's included (%s)"
+                     % (name, use["error"] or "comfy.quant_ops._CK_AVAILABLE is False"),
+                     "pip install '%s'" % wanted if wanted else "reinstall comfy-kitchen")
+    elif use["error"]:
+        findings.add("info", "comfy.quant_ops of %s does not import here, so doctor cannot tell "
+                     "whether it uses comfy-kitchen: %s" % (name, use["error"]))

@@ -167,34 +167,6 @@ def _comfyui(report, findings, directory):
                      "upgrade ComfyUI to v0.3.11 or newer (e.g. git pull in %s)" % folder)
 
 
-def _kitchen_for_comfyui(report, findings, folder):
-    """ComfyUI's own kitchen pin, and whether the ComfyUI here really uses kitchen."""
-    from ascend_shim import comfyui_kitchen
-
-    comfyui, kitchen = report["comfyui"], report["comfy_kitchen"]
-    pin = comfyui_kitchen.pinned(folder)
-    comfyui["kitchen_pin"] = "".join(pin) if pin else None
-    name = "ComfyUI %s" % (comfyui["version"] or "")
-    if pin and not kitchen["installed"]:
-        findings.add(WARNING, "comfy-kitchen is not installed; %s asks for comfy-kitchen%s"
-                     % (name, "".join(pin)), "pip install 'comfy-kitchen%s'" % "".join(pin))
-    elif pin and kitchen.get("version") and not comfyui_kitchen.satisfies(kitchen["version"], pin):
-        findings.add(WARNING, "comfy-kitchen %s is installed; %s asks for comfy-kitchen%s (its "
-                     "requirements.txt)" % (kitchen["version"], name, "".join(pin)),
-                     "pip install 'comfy-kitchen%s'" % "".join(pin))
-    use = comfyui_kitchen.in_use(folder) if report["torch"].get("installed") else {"available": None,
-                                                                                  "error": None}
-    comfyui["kitchen_in_use"] = use["available"]
-    if use["available"] is False:  # the shim's INT8 path needs kitchen; elsewhere it is ComfyUI's affair
-        findings.add(PROBLEM if report["npu"]["available"] else WARNING, "%s runs without comfy-kitchen: quantized (INT8, fp8) layers reach no "
-                     "kitchen backend, the shim's included (%s)" % (name, use["error"] or
-                                                                   "comfy.quant_ops._CK_AVAILABLE is False"),
-                     "pip install 'comfy-kitchen%s'" % "".join(pin) if pin else "reinstall comfy-kitchen")
-    elif use["error"]:
-        findings.add(INFO, "comfy.quant_ops of %s does not import here, so doctor cannot tell whether "
-                     "it uses comfy-kitchen: %s" % (name, use["error"]))
-
-
 def _shim(report, findings, torch_npu_ok):
     import ascend_shim
     from ascend_shim import _config, activation
@@ -288,7 +260,9 @@ def collect(comfyui_dir=None):
     _alloc_conf(report)
     _environment(report, findings, report.get("torch"))
     if report["comfyui"]:  # last: it runs ComfyUI code, which the shim may patch (the environment too)
-        _kitchen_for_comfyui(report, findings, report["comfyui"]["path"])
+        from ascend_shim import comfyui_kitchen
+
+        comfyui_kitchen.check(report, findings)
     report["findings"] = findings
     report["ok"] = not any(f["severity"] == PROBLEM for f in findings)
     return report
