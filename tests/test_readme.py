@@ -107,7 +107,6 @@ def test_test_bed_block_in_a_fresh_venv_with_torch(tmp_path):
     outer = sorted({sysconfig.get_paths()["purelib"], sysconfig.get_paths()["platlib"],
                     str(harness.kitchen_dir("0.2.27"))})
     (Path(site) / "zz_comfyui_requirements.pth").write_text("\n".join(outer) + "\n")
-    harness.comfyui_dir("0.30.0")
     proc, seconds = run_block(block_of("tests/testbed env"), venv, harness.REPO)
     print("README test-bed block: %.1f s" % seconds)
     torchvision = harness.run([str(python), "-c", "import torchvision"], harness.scrubbed_env(),
