@@ -107,6 +107,8 @@ def _shown(row, modules, context):
     gone = [name for name in waiting if name in context["absent"]]
     if gone:
         return "n/a", "does not apply: this version has no %s" % ", ".join(gone)
+    if context["switched_off"]:
+        return "inert", "not patched: %s" % context["inactive"]
     if context["withdrawn"]:
         return "inert", "never decided: the shim left the import path (%s)" % context["withdrawn"]
     if not context["npu"]:
@@ -117,7 +119,7 @@ def _shown(row, modules, context):
     if waiting:
         return "pending", "waiting for %s to be imported" % ", ".join(waiting)
     before = [name for name in row.get("after", ()) if context["states"].get(name) == "pending"]
-    if before:
+    if before and context["hook_running"]:
         return "pending", "waiting for patch %s to be decided" % ", ".join(before)
     return "pending", "not patched: %s" % context["inactive"]
 
@@ -167,6 +169,8 @@ def collect(imports_asked):
         "npu": machine["npu"],
         "states": {row["name"]: row["state"] for row in data["patches"]},
         "kitchen_unused": kitchen_in_use() is False,
+        "switched_off": startup["switched_off"] is not None,
+        "hook_running": startup["switched_off"] is None and not shim.get("engine_error"),
     }
     for row in data["patches"]:
         row["waiting_for"] = waiting_for(row, modules)
