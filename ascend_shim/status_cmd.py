@@ -76,6 +76,10 @@ def import_all(names, modules, status):
     report = {"asked": {}, "followed": {}}
     for name in names:
         report["asked"][name] = _import(name)
+    import ascend_shim
+
+    if ascend_shim.withdrawn():
+        return report  # the shim left the import path: no patch waits for anything here
     done = [n for n, error in report["asked"].items() if error is None]
     for name in follow_up(done, status()["patches"], modules):
         error = _import(name)
