@@ -19,6 +19,8 @@ OFF_VALUES = ("0", "false", "off", "no", "n", "disable", "disabled")
 
 _resolving: set = set()  # (thread id, name) while the other finders are asked
 _loaders: list = []  # [HookedLoader, LegacyHookedLoader], made on first use
+_withdrawn: list = []  # [why] once the shim has left the import path for good
+_npu_installed: list = []  # [bool]: whether torch_npu can be found, asked once
 
 
 class ImportHookFinder:
@@ -34,6 +36,18 @@ class ImportHookFinder:
 
         key = (get_ident(), fullname)
         if key in _resolving:  # another finder re-entered the import system
+            return None
+        if not _npu_installed:
+            # every patch needs torch_npu: without it the shim will never act
+            # here, so it leaves the import path before ComfyUI runs through it
+            _resolving.add(key)
+            try:
+                _npu_installed.append(fullname == "torch_npu" or
+                                      _ask_other_finders(self, "torch_npu", None, None) is not None)
+            finally:
+                _resolving.discard(key)
+        if not _npu_installed[0]:
+            withdraw("torch_npu is not installed")
             return None
         _resolving.add(key)
         try:
@@ -108,8 +122,8 @@ def init() -> None:
 
         if environ.get("ASCEND_SHIM", "").strip().lower() in OFF_VALUES:
             return  # switched off: no finder, nothing else imported
-        if finder_installed():
-            return
+        if finder_installed() or _withdrawn:
+            return  # on the path already, or left it for good
         if any(name.startswith("ASCEND_SHIM") for name in environ):
             from ascend_shim import _config  # parsed only when something is set
 
@@ -133,6 +147,33 @@ def init() -> None:
             _hook.warn("not activated: %r" % (exc,))
         except Exception:
             pass
+
+
+def withdraw(why: str) -> None:
+    # Leave the import path for good: no later import passes through the
+    # shim, so its frames stay out of tracebacks where it does nothing.
+    # sys.meta_path is replaced, not edited in place: an import iterating over
+    # the old list (this very find_spec's caller, or another thread's) must
+    # not skip the finder after ours.
+    if not _withdrawn:
+        _withdrawn.append(why)
+    if finder_installed():
+        sys.meta_path = [f for f in sys.meta_path if not isinstance(f, ImportHookFinder)]
+    if _loaders:  # specs handed out earlier and not yet executed get their own loader back
+        hooked = tuple(_loaders)
+        for module in list(sys.modules.values()):
+            spec = getattr(module, "__spec__", None)
+            loader = getattr(spec, "loader", None)
+            if isinstance(loader, hooked):
+                try:
+                    spec.loader = loader._loader
+                except Exception:
+                    pass
+
+
+def withdrawn() -> "str | None":
+    # Why the shim left the import path, or None while it is on it.
+    return _withdrawn[0] if _withdrawn else None
 
 
 def finder_installed() -> bool:

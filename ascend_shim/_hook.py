@@ -136,10 +136,26 @@ def deliver(module, late=False):
         _delivered[name] = module
         if patcher is not None:
             patcher.on_import(module, late=late)
+        if name == "torch_npu":
+            _withdraw_without_npu()
     except Exception as exc:
         if _strict():
             raise
         warn("handling the import of %s failed: %s: %s" % (name, type(exc).__name__, exc))
+
+
+def _withdraw_without_npu():
+    """torch_npu has executed (its own patches decided): without a usable NPU
+    no other patch will act in this process, so the shim leaves the import path."""
+    from ascend_shim import _npu
+
+    try:
+        why = _npu.npu_reason()
+    except Exception as exc:  # torch_npu without an importable torch: no NPU either
+        why = "torch does not import (%s: %s)" % (type(exc).__name__, exc)
+    if why:
+        debug("leaving the import path: %s" % why)
+        ascend_shim.withdraw(why)
 
 
 def deliver_present():

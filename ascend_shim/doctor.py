@@ -25,6 +25,13 @@ ENV_VARS = (
 PROBLEM, WARNING, INFO = "problem", "warning", "info"
 
 
+def _find_spec(name):
+    try:
+        return importlib.util.find_spec(name)
+    except Exception:  # a broken parent package, a bad sys.path entry
+        return None
+
+
 class Findings(list):
     def add(self, severity, what, fix=""):
         self.append({"severity": severity, "what": what, "fix": fix})
@@ -35,7 +42,7 @@ def _torch(report, findings):
         import torch
     except Exception as exc:
         report["torch"] = {"installed": False, "error": "%s: %s" % (type(exc).__name__, exc)}
-        if isinstance(exc, ImportError) and "torch" in str(exc) and "npu" not in str(exc):
+        if _find_spec("torch") is None:
             findings.add(PROBLEM, "torch is not installed in this interpreter",
                          "run doctor with the python of your ComfyUI venv")
         else:
@@ -73,7 +80,8 @@ def _torch_npu(torch, report, findings):
             fix = "this torch_npu refuses a CUDA build of torch: install the CPU build of the same torch version"
         else:
             fix = "fix the torch_npu import first: ComfyUI hides this error and falls back to CUDA"
-        findings.add(PROBLEM, "torch_npu does not import: %s" % text.splitlines()[0] if text else type(exc).__name__, fix)
+        findings.add(PROBLEM, "torch_npu does not import: %s" % (text.splitlines()[0] if text else
+                                                                  type(exc).__name__), fix)
         return None
     info.update(imports=True, version=getattr(torch_npu, "__version__", None))
     info["quant_ops"] = {op: hasattr(torch_npu, op) for op in ("npu_dynamic_quant", "npu_quant_matmul")}
@@ -142,6 +150,10 @@ def _comfyui(report, findings, directory):
         if directory:
             findings.add(PROBLEM, "no ComfyUI in %s (it has no comfy/model_management.py)" % folder,
                          "give --comfyui the folder that holds ComfyUI's main.py and comfy/")
+        else:  # no verdict about a ComfyUI doctor did not see
+            findings.add(PROBLEM, "ComfyUI not checked: %s is not a ComfyUI folder (it has no "
+                         "comfy/model_management.py)" % folder,
+                         "run doctor inside the ComfyUI folder, or pass --comfyui DIR")
         return
     version_file = os.path.join(folder, "comfyui_version.py")
     with open(source, encoding="utf-8", errors="replace") as handle:
@@ -181,6 +193,8 @@ def activation_fix(startup):
 
 def _alloc_conf(report):
     """What PYTORCH_NPU_ALLOC_CONF will really be for ComfyUI on this machine."""
+    from ascend_shim import _config
+
     own = os.environ.get("PYTORCH_NPU_ALLOC_CONF")
     torch_npu = report["torch_npu"]
     if not torch_npu.get("installed"):
@@ -191,7 +205,7 @@ def _alloc_conf(report):
         state = "yours: %s" % own
     elif os.environ.get("PYTORCH_ALLOC_CONF"):
         state = "left unset: PYTORCH_ALLOC_CONF is set"
-    elif report["shim"]["active"] and "alloc_conf" not in report["shim"]["config"].get("disabled", ()):
+    elif report["shim"]["active"] and report["shim"]["enabled"] and not _config.get().patch_disabled("alloc_conf"):
         state = "expandable_segments:True, set by the shim when ComfyUI starts"
     else:
         state = "unset (torch_npu's default)"
@@ -218,13 +232,16 @@ def _environment(report, findings, torch_info):
                      "unverified (--disable-cuda-malloc keeps it unset)")
     old_comfyui = report["comfyui"] and not report["comfyui"]["supports_ascend"]
     if torch_info and torch_info.get("cuda_build") and report["npu"]["available"] and not old_comfyui:
-        if report["shim"]["active"]:
+        from ascend_shim import _config
+
+        if report["shim"]["active"] and not _config.get().patch_disabled("is_nvidia"):
             findings.add(INFO, "torch %s is a CUDA build: ComfyUI's is_nvidia() says True on the NPU; "
                          "the shim's is_nvidia patch corrects it" % torch_info["version"])
         else:
             findings.add(PROBLEM, "torch %s is a CUDA build on an NPU machine: ComfyUI takes it for NVIDIA "
                          "and model loading dies with 'Found no NVIDIA driver'" % torch_info["version"],
-                         activation_fix(activation.at_startup()))
+                         "take is_nvidia out of ASCEND_SHIM_DISABLE" if report["shim"]["active"]
+                         else activation_fix(activation.at_startup()))
 
 
 def _fp8_int8_combination(report, findings):
@@ -258,6 +275,10 @@ def collect(comfyui_dir=None):
     _alloc_conf(report)
     _environment(report, findings, report.get("torch"))
     _fp8_int8_combination(report, findings)
+    if report["comfyui"]:  # last: it runs ComfyUI code, which the shim may patch (the environment too)
+        from ascend_shim import comfyui_kitchen
+
+        comfyui_kitchen.check(report, findings)
     report["findings"] = findings
     report["ok"] = not any(f["severity"] == PROBLEM for f in findings)
     return report
@@ -279,7 +300,7 @@ def _print(report, comfyui_dir=None):
                             (" (upstream ascend backend)" if report["comfy_kitchen"].get("upstream_ascend_backend") else "")
                             if report["comfy_kitchen"]["installed"] else "not installed"),
         "ComfyUI     %s" % _comfyui_line(report["comfyui"], comfyui_dir),
-        "shim        %s, %s" % (report["shim"]["version"], _shim_line(report["shim"])),
+        "shim        %s, %s" % (report["shim"]["version"], _shim_line(report["shim"], npu["available"])),
         "NPU memory  PYTORCH_NPU_ALLOC_CONF: %s" % report["alloc_conf"],
     ]
     print("\n".join(lines))
@@ -296,6 +317,11 @@ def _print(report, comfyui_dir=None):
 
 def verdict(report):
     npu = report["npu"]["available"] or report["torch_npu"].get("installed")
+    others = [f for f in report["findings"] if f["severity"] == PROBLEM
+              and not f["what"].startswith("ComfyUI not checked")]
+    if report["comfyui"] is None and not others:
+        return ("ComfyUI NOT checked (none here); nothing else is wrong" if npu
+                else "no Ascend NPU here, so the shim stays inert; ComfyUI was NOT checked (none here)")
     if report["ok"]:
         return ("OK: nothing stops ComfyUI from running on the NPU" if npu
                 else "OK: no Ascend NPU here, so the shim stays inert; nothing to fix")
@@ -312,7 +338,9 @@ def _comfyui_line(comfyui, given):
     return "%s at %s%s" % (comfyui["version"] or "version unknown", comfyui["path"], support)
 
 
-def _shim_line(shim):
+def _shim_line(shim, npu):
+    if shim["active"] and not npu:
+        return "installed (%s), inert here: no NPU" % shim["how"]
     if shim["active"]:
         return "active (%s)" % shim["how"]
     return "NOT active: %s" % shim["why_not"]

@@ -276,6 +276,7 @@ def status() -> dict:
             "version": ascend_shim.__version__,
             "config": _config.get().as_dict(),
             "finder_installed": ascend_shim.finder_installed(),
+            "withdrawn": ascend_shim.withdrawn(),
             "engine_started": _state["started"],
             "engine_error": _state["error"],
             "unknown_disable_names": unknown_disable_names(),

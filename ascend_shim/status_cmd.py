@@ -76,6 +76,10 @@ def import_all(names, modules, status):
     report = {"asked": {}, "followed": {}}
     for name in names:
         report["asked"][name] = _import(name)
+    import ascend_shim
+
+    if ascend_shim.withdrawn():
+        return report  # the shim left the import path: no patch waits for anything here
     done = [n for n, error in report["asked"].items() if error is None]
     for name in follow_up(done, status()["patches"], modules):
         error = _import(name)
@@ -90,19 +94,38 @@ def _failed(imports):
             if e is not None and e != NOT_THERE]
 
 
-def _detail(row, modules, alloc_note, absent, inactive):
-    if row["state"] == "pending":
-        waiting = waiting_for(row, modules)
-        gone = [name for name in waiting if name in absent]
-        if gone:
-            return "does not apply: this version has no %s" % ", ".join(gone)
-        if not waiting:  # imported, yet the engine never saw it
-            return "not patched: %s" % inactive
-        return "waiting for %s to be imported" % ", ".join(waiting)
-    reason = row.get("reason") or ""
-    if row["name"] == "alloc_conf" and row["state"] == "applied" and alloc_note:
-        return "%s, but no effect: %s" % (reason, alloc_note)
-    return reason
+KITCHEN_PATCHES = ("kitchen_int8", "kitchen_priority")
+
+
+def _shown(row, modules, context):
+    """(state, detail) as true when printed: an engine row still ``pending``
+    may never be decided in this process, and then says so."""
+    if row["state"] != "pending":
+        reason = row.get("reason") or ""
+        if row["name"] == "alloc_conf" and row["state"] == "applied" and context["alloc_note"]:
+            reason = "%s, but no effect: %s" % (reason, context["alloc_note"])
+        if row["state"] == "applied" and context["kitchen_unused"] and row["name"] in KITCHEN_PATCHES:
+            reason = "unused, ComfyUI runs without comfy-kitchen: %s" % reason
+        return row["state"], reason
+    waiting = waiting_for(row, modules)
+    gone = [name for name in waiting if name in context["absent"]]
+    if gone:
+        return "n/a", "does not apply: this version has no %s" % ", ".join(gone)
+    if context["switched_off"]:
+        return "inert", "not patched: %s" % context["inactive"]
+    if context["withdrawn"]:
+        return "inert", "never decided: the shim left the import path (%s)" % context["withdrawn"]
+    if not context["npu"]:
+        return "inert", "never decided here: no NPU, the shim stays inert"
+    failed = [name for name in waiting if name in context["failed"]]
+    if failed:
+        return "pending", "%s failed to import (see above)" % ", ".join(failed)
+    if waiting:
+        return "pending", "waiting for %s to be imported" % ", ".join(waiting)
+    before = [name for name in row.get("after", ()) if context["states"].get(name) == "pending"]
+    if before and context["hook_running"]:
+        return "pending", "waiting for patch %s to be decided" % ", ".join(before)
+    return "pending", "not patched: %s" % context["inactive"]
 
 
 def _fit(text, width):
@@ -110,6 +133,7 @@ def _fit(text, width):
 
 
 def table(rows):
+    rows = [dict(row, state=row.get("shown_state", row["state"])) for row in rows]
     widths = [max([len(c)] + [len(str(r[c])) for r in rows]) for c in COLUMNS[:-1]]
     detail_width = WIDTH - sum(widths) - 2 * len(widths)
     lines = ["  ".join(c.ljust(w) for c, w in zip(COLUMNS, widths + [0])).rstrip()]
@@ -139,14 +163,33 @@ def collect(imports_asked):
     imports = import_all(imports_asked, modules, lambda: _engine_status(ascend_shim))
     machine = hardware.see()  # imports torch_npu where it exists: its patches decide now
     data = _engine_status(ascend_shim)
-    note = _alloc_note(machine)
-    absent = {name for name, error in imports["followed"].items() if error == NOT_THERE}
-    inactive = _why_inactive(startup, data.get("shim") or {})
+    shim = data.get("shim") or {}
+    context = {
+        "alloc_note": _alloc_note(machine),
+        "absent": {name for name, error in imports["followed"].items() if error == NOT_THERE},
+        "failed": {name for name, _ in _failed(imports)},
+        "inactive": _why_inactive(startup, shim),
+        "withdrawn": shim.get("withdrawn"),
+        "npu": machine["npu"],
+        "states": {row["name"]: row["state"] for row in data["patches"]},
+        "kitchen_unused": kitchen_in_use() is False,
+        "switched_off": startup["switched_off"] is not None,
+        "hook_running": startup["switched_off"] is None and not shim.get("engine_error"),
+    }
     for row in data["patches"]:
         row["waiting_for"] = waiting_for(row, modules)
-        row["detail"] = _detail(row, modules, note, absent, inactive)
+        row["shown_state"], row["detail"] = _shown(row, modules, context)
+    data["kitchen_in_use"] = kitchen_in_use()
     data.update(startup=startup, machine=machine, imports=imports)
     return data
+
+
+def kitchen_in_use():
+    """False when the imported ComfyUI runs without comfy-kitchen (its
+    ``comfy.quant_ops._CK_AVAILABLE``), True when it uses it, None when unknown."""
+    quant_ops = sys.modules.get("comfy.quant_ops")
+    available = getattr(quant_ops, "_CK_AVAILABLE", None)
+    return None if available is None else bool(available)
 
 
 def _why_inactive(startup, shim):
@@ -186,6 +229,24 @@ def headline(data):
     return lines
 
 
+CUDA_PATH_ERRORS = ("NVIDIA driver", "compiled with CUDA", "accelerator device", "CUDA")
+
+
+def why_failed(name, error, machine):
+    """What a failed ``--import`` means for a newcomer, or None."""
+    root = name.partition(".")[0]
+    if error.startswith("ModuleNotFoundError") and "'%s'" % root in error and root in ("comfy", "execution"):
+        return ("`%s` is ComfyUI's own folder, not an installed package: cd into the ComfyUI "
+                "folder (the one holding main.py) and run this again" % root)
+    if machine["npu"] or root not in ("comfy", "execution"):
+        return None
+    text = ("no NPU here, so the shim did nothing: this is ComfyUI's own error on this machine")
+    if any(marker in error for marker in CUDA_PATH_ERRORS):
+        text += (" (ComfyUI took its CUDA path); on a machine without a working NVIDIA GPU "
+                 "start ComfyUI with --cpu")
+    return text
+
+
 def next_step(data):
     startup, machine, imports = data["startup"], data["machine"], data["imports"]
     if not startup["active"]:
@@ -193,10 +254,14 @@ def next_step(data):
             return "unset ASCEND_SHIM to switch the shim back on"
         return ("install the shim with this python (python -m pip install <checkout>), or start "
                 "ComfyUI with PYTHONPATH=<checkout root>; then run `python -m ascend_shim doctor`")
+    failed = _failed(imports)
+    reasons = [why_failed(name, error, machine) for name, error in failed]
+    if failed and reasons[0]:
+        return reasons[0]
+    if failed:
+        return "fix the import error above (`python -m ascend_shim doctor` checks the setup)"
     if not machine["npu"]:
         return ("nothing to do on this machine; `python -m ascend_shim doctor` shows the details")
-    if _failed(imports):
-        return "fix the import error above (`python -m ascend_shim doctor` checks the setup)"
     if not _comfyui_patched(data.get("patches", ())):
         return ("inside the ComfyUI folder run `%s` to see what the shim does to it, "
                 "or `python -m ascend_shim doctor`" % NEXT_IMPORT)
@@ -226,7 +291,7 @@ def render(data, verbose):
     rows = data["patches"]
     if verbose:
         for row in rows:
-            out.append("%s on %s: %s%s" % (row["name"], row["target"], row["state"],
+            out.append("%s on %s: %s%s" % (row["name"], row["target"], row.get("shown_state", row["state"]),
                                           " (late)" if row.get("late") else ""))
             texts = [row.get("summary", ""), row["detail"],
                      ", ".join("%s=%s" % (k, row[k]) for k in ("in_place", "version") if row.get(k) is not None)]
@@ -236,7 +301,8 @@ def render(data, verbose):
     seen = versions_seen(rows)
     if seen:
         out.append("patched: %s" % ", ".join("%s %s" % item for item in seen))
-    out.extend(_int8_lines(data.get("int8") or {}, data.get("w4a8"), data.get("int_mm")))
+    out.extend(_int8_lines(data.get("int8") or {}, data.get("w4a8"), data.get("int_mm"),
+                           data.get("kitchen_in_use")))
     out.extend(_fp8_line(data.get("fp8")))
     from ascend_shim.fallback_report import status_lines
 
@@ -248,15 +314,19 @@ def render(data, verbose):
 
 
 def versions_seen(rows):
-    """[(package, version)] of the packages whose patches reported a version."""
+    """[(package, version)] of the packages the shim patched (applied rows only)."""
     seen = {}
     for row in rows:
-        if row.get("version"):
+        if row.get("version") and row.get("state") == "applied":
             seen.setdefault(versions.package_of(row["target"]), row["version"])
     return sorted(seen.items())
 
 
-def _int8_lines(int8, w4a8=None, int_mm=None):
+def _int8_lines(int8, w4a8=None, int_mm=None, kitchen_in_use=None):
+    if kitchen_in_use is False:  # registered or not, nothing reaches it
+        return ["", fill("INT8 (comfy-kitchen): not in use: this ComfyUI runs without comfy-kitchen "
+                         "(comfy.quant_ops could not import it; `python -m ascend_shim doctor` says "
+                         "why)", 2)]
     lines = ["", "INT8 (comfy-kitchen): %s" % int8.get("decision")]
     if int8.get("note"):
         lines.append("  %s" % int8["note"])

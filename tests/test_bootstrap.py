@@ -307,11 +307,16 @@ def test_status_command_imports_a_target_first(venv_for, dummy):
     rows = {r["name"]: r for r in data["patches"]}
     assert rows["is_nvidia"]["state"] == "applied"
     assert rows["mmap"]["state"] == "pending"
+    # a module this ComfyUI lacks: the row says "n/a", never "pending" (issue 18 item 12)
+    for name, missing in (("mmap", "comfy.utils"), ("fp8_loader_options", "comfy.sd")):
+        assert rows[name]["shown_state"] == "n/a"
+        assert rows[name]["detail"].startswith("does not apply: this version has no %s" % missing)
     table = harness.run([str(python), "-m", "ascend_shim", "status", "--import",
                          "comfy.model_management"], harness.scrubbed_env(PYTHONPATH=dummy), dummy)
     assert table.returncode == 0
     assert any(line.split()[:3] == ["is_nvidia", "comfy.model_management", "applied"]
                for line in table.stdout.splitlines())
+    assert any(line.split()[:3] == ["fp8_loader_options", "comfy.sd", "n/a"] for line in table.stdout.splitlines())
 
 
 def test_uninstall_removes_the_startup_files(tmp_path, shim_wheel):

@@ -12,7 +12,8 @@ import pytest
 
 import harness
 
-STATUS_KEYS = {"shim", "patches", "int8", "w4a8", "int_mm", "fp8", "cpu_fallbacks", "startup", "machine", "imports"}
+STATUS_KEYS = {"shim", "patches", "int8", "w4a8", "int_mm", "fp8", "cpu_fallbacks", "startup", "machine", "imports",
+               "kitchen_in_use"}
 # what status shows of each patch (the engine may report more)
 PATCH_KEYS = {"name", "target", "summary", "state", "reason", "late", "in_place", "version",
               "waiting_for", "detail"}
@@ -49,14 +50,16 @@ def test_quick_start_status_without_torch(no_torch_python, tmp_path):
     assert lines[-1].startswith("next: nothing to do on this machine")
     assert max(len(line) for line in lines) <= 100
     rows = [line for line in lines if line.split()[:1] and line.split()[0] in ("is_nvidia", "mmap")]
-    assert len(rows) == 2 and all("waiting for comfy." in row for row in rows)
+    # no NPU: nothing is waiting for anything (issue 18, item 12)
+    assert len(rows) == 2 and all(row.split()[2:] == ["inert", "never", "decided", "here:", "no", "NPU,",
+                                                      "the", "shim", "stays", "inert"] for row in rows)
+    assert not [line for line in lines if " pending " in line]
 
     data = as_json(cli(no_torch_python, ["status", "--json"], tmp_path, harness.scrubbed_env()))
     assert set(data) == STATUS_KEYS
     assert all(PATCH_KEYS <= set(row) for row in data["patches"])
     pending = [row for row in data["patches"] if row["state"] == "pending"]
-    assert pending and all(row["waiting_for"] and row["detail"].startswith("waiting for ")
-                           for row in pending)
+    assert pending and all(row["waiting_for"] and row["shown_state"] == "inert" for row in pending)
     assert data["startup"]["active"] is True and data["machine"]["npu"] is False
 
 
@@ -232,13 +235,14 @@ def test_closed_or_narrow_stdout_is_not_an_internal_error(bed_python, tmp_path):
 
     shutil.copytree(harness.COMFY_FAKES / "v0_30", comfy)
     (comfy / "comfyui_version.py").write_text('__version__ = "0.30.2-昇腾"\n', encoding="utf-8")
-    env = harness.bed_env("ascend-cu130", comfy=str(comfy), PYTHONIOENCODING="ascii")
+    env = harness.bed_env("ascend-cu130", comfy=str(comfy), kitchen="0.2.40", PYTHONIOENCODING="ascii")
     narrow = cli(bed_python, ["doctor", "--comfyui", str(comfy)], tmp_path, env)
     assert narrow.returncode == 0 and no_traceback(narrow), narrow.stderr
     assert "0.30.2-\\u6607\\u817e" in narrow.stdout
     code = "import sys, os; os.close(1); sys.stdout = None; from ascend_shim import cli; sys.exit(cli.main(%r))"
-    for args in (["status"], ["doctor", "--json"]):
-        closed = harness.run([str(bed_python), "-c", code % (args,)], harness.bed_env("ascend-cu130"), tmp_path)
+    for args in (["status"], ["doctor", "--json", "--comfyui", str(comfy)]):
+        closed = harness.run([str(bed_python), "-c", code % (args,)],
+                             harness.bed_env("ascend-cu130", kitchen="0.2.40"), tmp_path)
         assert closed.returncode == 0 and closed.stderr == "", (args, closed.stderr)
 
 

@@ -39,6 +39,11 @@ def plain_venv(tmp_path):
     return python
 
 
+def not_checked(folder):
+    return ("ComfyUI not checked: %s is not a ComfyUI folder (it has no comfy/model_management.py)"
+            % folder)
+
+
 def flat(proc):
     """doctor's text with its line wrapping undone."""
     return " ".join(proc.stdout.split())
@@ -113,7 +118,7 @@ def test_alloc_conf_when_torch_npu_does_not_import(bed_python, tmp_path):
     report = json.loads(doctor(bed_python, tmp_path, env, "--json").stdout)
     assert report["alloc_conf"] == "no effect: torch_npu does not import, nothing reads it"
     assert [f["what"] for f in problems(report)] == [
-        "torch_npu does not import: libhccl.so: cannot open shared object file"]
+        "torch_npu does not import: libhccl.so: cannot open shared object file", not_checked(tmp_path)]
 
 
 def test_without_torch(venv_for, tmp_path):
@@ -122,7 +127,8 @@ def test_without_torch(venv_for, tmp_path):
     report = json.loads(proc.stdout)
     assert set(report) == DOCTOR_KEYS
     assert proc.returncode == 1 and report["ok"] is False
-    assert [f["what"] for f in problems(report)] == ["torch is not installed in this interpreter"]
+    assert [f["what"] for f in problems(report)] == ["torch is not installed in this interpreter",
+                                                     not_checked(tmp_path)]
     assert report["shim"]["active"] is True and report["shim"]["how"] == "ascend_shim.pth"
 
 
@@ -134,7 +140,7 @@ def test_no_install_mode_status_and_doctor_agree(plain_venv, tmp_path):
     report = json.loads(doctor(plain_venv, tmp_path, env, "--json").stdout)
     assert report["shim"]["active"] is True and report["shim"]["how"] == how
     text = doctor(plain_venv, tmp_path, env).stdout
-    assert "shim        %s, active (%s)" % (report["shim"]["version"], how) in text
+    assert "shim        %s, installed (%s), inert here: no NPU" % (report["shim"]["version"], how) in text
 
 
 def test_pythonpath_at_the_package_folder_is_reported(plain_venv, tmp_path):

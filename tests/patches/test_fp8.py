@@ -129,7 +129,10 @@ def test_an_npu_that_holds_float8_keeps_fp8_as_comfyui_has_it(fp8_run):
 @pytest.mark.parametrize("machine, flags", [("ascend-cu130", ("--cpu",)), ("cpu", ("--cpu",))])
 def test_a_cpu_run_keeps_fp8_on_the_host(fp8_run, machine, flags):
     result = fp8_run(machine=machine, flags=flags)
-    assert all(r["state"] == "skipped" for r in result["status"].values())
+    if machine == "cpu":  # no torch_npu: the shim left the import path before deciding anything
+        assert result["status"] is None
+    else:
+        assert all(r["state"] == "skipped" for r in result["status"].values())
     for name in FP8_FILE_CASES:
         assert float8_on(passed(result, name), "cpu"), name
 

@@ -1,30 +1,62 @@
-"""``python -m testbed env <kind>``: shell exports that boot a simulated machine.
+"""The simulated machines by hand, with the python of any venv that has torch.
 
-``python -m testbed run <kind> -- <command ...>``: run a command on that machine.
+From the checkout root (``python -m testbed ...`` from tests/ works too):
+
+  eval "$(python tests/testbed env KIND)"     this shell becomes a KIND machine
+  python tests/testbed run KIND -- CMD ...    one command on a KIND machine
+  python tests/testbed comfyui VERSION        the folder of a real ComfyUI release
+
+``env`` and ``run`` put the boot folder, tests/ and the checkout root (the
+shim's no-install mode) first on PYTHONPATH. In ``run``, a CMD of ``python``
+or ``python3`` is this very interpreter, whatever PATH says.
 """
 
 import os
 import shlex
 import sys
 
-from testbed import machine
+TESTS_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.dirname(TESTS_DIR)
+if __package__ != "testbed":  # run as a folder: import the bed as "testbed", never twice
+    if sys.path and os.path.abspath(sys.path[0]) == os.path.join(TESTS_DIR, "testbed"):
+        del sys.path[0]
+    sys.path.insert(0, TESTS_DIR)
+
+from testbed import machine  # noqa: E402
+
+USAGE = """usage: python tests/testbed env KIND            (eval its output: this shell becomes KIND)
+       python tests/testbed run KIND -- CMD ...    (python in CMD: this interpreter)
+       python tests/testbed comfyui VERSION        (prints the folder of that real ComfyUI)
+kinds: %s
+""" % ", ".join(machine.KINDS)
+
+
+def _env(kind: str, base: dict) -> dict:
+    return machine.subprocess_env(kind, env=base, pythonpath=(ROOT,))
 
 
 def main(argv=None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
-    if len(args) >= 2 and args[0] == "env":
-        env = machine.subprocess_env(args[1], env={})
-        for key in ("ASCEND_TESTBED", "PYTHONPATH", "TORCH_DEVICE_BACKEND_AUTOLOAD"):
-            print(f"export {key}={shlex.quote(env[key])}")
+    if len(args) == 2 and args[0] == "env" and args[1] in machine.KINDS:
+        env = _env(args[1], {})
+        print("export ASCEND_TESTBED=%s" % shlex.quote(env["ASCEND_TESTBED"]))
+        print("export TORCH_DEVICE_BACKEND_AUTOLOAD=%s" % shlex.quote(env["TORCH_DEVICE_BACKEND_AUTOLOAD"]))
+        print('export PYTHONPATH=%s"${PYTHONPATH:+:$PYTHONPATH}"' % shlex.quote(env["PYTHONPATH"]))
         return 0
-    if len(args) >= 4 and args[0] == "run" and args[2] == "--":
-        env = machine.subprocess_env(args[1])
-        os.execvpe(args[3], args[3:], env)
-    sys.stderr.write(
-        "usage: python -m testbed env <kind>\n"
-        "       python -m testbed run <kind> -- <command ...>\n"
-        f"kinds: {', '.join(machine.KINDS)}\n"
-    )
+    if len(args) >= 4 and args[0] == "run" and args[1] in machine.KINDS and args[2] == "--":
+        command = args[3:]
+        if command[0] in ("python", "python3"):
+            command[0] = sys.executable
+        os.execvpe(command[0], command, _env(args[1], dict(os.environ)))
+    if len(args) == 2 and args[0] == "comfyui":
+        import harness
+
+        if args[1] not in harness.COMFYUI_RELEASES:
+            sys.stderr.write("no such ComfyUI release here; known: %s\n" % ", ".join(harness.COMFYUI_VERSIONS))
+            return 2
+        print(harness.comfyui_dir(args[1]))
+        return 0
+    sys.stderr.write(USAGE)
     return 2
 
 
