@@ -164,7 +164,7 @@ def withdraw(why: str) -> None:
         for module in list(sys.modules.values()):
             spec = getattr(module, "__spec__", None)
             loader = getattr(spec, "loader", None)
-            if isinstance(loader, hooked):
+            if spec is not None and isinstance(loader, hooked):
                 try:
                     spec.loader = loader._loader
                 except Exception:
