@@ -6,13 +6,12 @@ the NPU, else 0.
 """
 
 import importlib.util
-from ascend_shim import _json_report
 import os
 import platform
 import re
 import sys
 
-from ascend_shim import versions
+from ascend_shim import _json_report, versions
 from ascend_shim._text import fill
 
 ENV_VARS = (
@@ -259,6 +258,20 @@ def _fp8_int8_combination(report, findings):
                      "ASCEND_SHIM_DISABLE; else set ASCEND_SHIM_FP8=bf16")
 
 
+def _int8_on_the_cpu(report, findings):
+    """Settings that switch off every NPU path of comfy-kitchen's INT8 calls: named, never an OK."""
+    if not report["npu"]["available"]:
+        return
+    from ascend_shim import _config
+    from ascend_shim.kitchen import int8_gaps
+
+    functions = int8_gaps.configured(_config.get())
+    if functions:
+        findings.add(WARNING, "ASCEND_SHIM_DISABLE names int_mm and no NPU backend serves %s: comfy-kitchen runs "
+                     "them with aten::_int_mm on torch_npu's CPU fallback" % ", ".join(functions),
+                     "leave int_mm out of ASCEND_SHIM_DISABLE")
+
+
 def collect(comfyui_dir=None):
     report = {"python": {"version": platform.python_version(), "executable": sys.executable,
                          "venv": sys.prefix != getattr(sys, "base_prefix", sys.prefix)}}
@@ -275,6 +288,7 @@ def collect(comfyui_dir=None):
     _alloc_conf(report)
     _environment(report, findings, report.get("torch"))
     _fp8_int8_combination(report, findings)
+    _int8_on_the_cpu(report, findings)
     if report["comfyui"]:  # last: it runs ComfyUI code, which the shim may patch (the environment too)
         from ascend_shim import comfyui_kitchen
 

@@ -12,10 +12,9 @@ in for the patches) fails to import.
 import contextlib
 import importlib
 import io
-from ascend_shim import _json_report
 import sys
 
-from ascend_shim import versions
+from ascend_shim import _json_report, versions
 from ascend_shim._text import WIDTH, fill
 
 COLUMNS = ("name", "target", "state", "detail")

@@ -66,3 +66,21 @@ def test_doctor_says_nothing_about_fp8_where_no_npu_is(bed_python, tmp_path):
     proc = harness.run([str(bed_python), "-m", "ascend_shim", "doctor", "--json"],
                        harness.bed_env("cpu", ASCEND_SHIM_FP8="int8", ASCEND_SHIM_INT8="off"), tmp_path, timeout=300)
     assert not [f for f in json.loads(proc.stdout)["findings"] if NAMED in f["what"]]
+
+
+@pytest.mark.parametrize("env, functions", [
+    ({"ASCEND_SHIM_DISABLE": "kitchen_int8,int_mm"}, "int8_linear, w4a8_int8_linear"),
+    ({"ASCEND_SHIM_INT8": "off", "ASCEND_SHIM_DISABLE": "int_mm"}, "int8_linear, w4a8_int8_linear"),
+    ({"ASCEND_SHIM_INT8": "upstream", "ASCEND_SHIM_DISABLE": "int_mm"}, "w4a8_int8_linear"),
+    ({"ASCEND_SHIM_INT8": "off"}, None),  # eager reaches the shim's _int_mm kernel
+    ({"ASCEND_SHIM_DISABLE": "int_mm"}, None),  # the shim's backends serve both
+])
+def test_doctor_names_settings_that_leave_int8_on_the_cpu(bed_python, tmp_path, env, functions):
+    proc = harness.run([str(bed_python), "-m", "ascend_shim", "doctor", "--json"],
+                       harness.bed_env("ascend-cu130", kitchen="0.2.27", **env), tmp_path, timeout=300)
+    found = [f for f in json.loads(proc.stdout)["findings"] if "torch_npu's CPU fallback" in f["what"]]
+    if functions is None:
+        assert found == []
+    else:
+        assert len(found) == 1 and ("no NPU backend serves %s:" % functions) in found[0]["what"], found
+        assert found[0]["severity"] == "warning"

@@ -50,3 +50,14 @@ def cpu_bound() -> List[str]:
     registry = KitchenRegistry(ck.registry)
     return [function for function in EAGER_INT_MM
             if hasattr(ck, function) and first_server(registry, function) not in NPU_BACKENDS]
+
+
+def configured(config) -> List[str]:
+    """The same, from the settings alone (for ``doctor``, before anything is imported)."""
+    if not config.patch_disabled("int_mm"):
+        return []
+    if config.int8 == "off" or config.patch_disabled("kitchen_int8"):
+        return list(EAGER_INT_MM)
+    if config.int8 == "upstream":  # upstream registers no W4A8 backend
+        return ["w4a8_int8_linear"]
+    return []
