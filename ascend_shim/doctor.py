@@ -161,9 +161,9 @@ def _comfyui(report, findings, directory):
                          "version": versions.in_file(version_file),
                          "cuda_malloc": os.path.isfile(os.path.join(folder, "cuda_malloc.py"))}
     if not supports_ascend and report["npu"]["available"]:
-        findings.add(PROBLEM, "ComfyUI %s in %s predates Ascend support (v0.3.11): it cannot run on this "
+        findings.add(PROBLEM, "ComfyUI %s in %s predates Ascend support (no is_ascend_npu): it cannot run on this "
                      "NPU, and the shim leaves it alone" % (report["comfyui"]["version"] or "", folder),
-                     "upgrade ComfyUI to v0.3.11 or newer (e.g. git pull in %s)" % folder)
+                     "upgrade ComfyUI (e.g. git pull in %s)" % folder)
 
 
 def _shim(report, findings, torch_npu_ok):

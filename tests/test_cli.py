@@ -71,7 +71,8 @@ def test_status_when_switched_off_says_so(no_torch_python, tmp_path):
 
 
 def test_status_import_when_switched_off_says_why_nothing_is_patched(bed_python, tmp_path):
-    env = harness.bed_env("ascend-cu130", comfy="v0_29", ASCEND_SHIM="0")
+    env = harness.bed_env("ascend-cu130", comfy=str(harness.comfyui_dir("0.30.0")), kitchen="0.2.27",
+                          ASCEND_SHIM="0")
     data = as_json(cli(bed_python, ["status", "--json", "--import", "comfy.model_management"],
                        tmp_path, env))
     row = {r["name"]: r for r in data["patches"]}["is_nvidia"]
@@ -93,20 +94,23 @@ def test_status_on_the_npu_names_the_machine_and_the_next_step(bed_python, tmp_p
 
 
 def test_status_import_brings_in_what_the_patches_wait_for(bed_python, tmp_path):
-    """v0.3.45: mmap and announce wait for comfy.utils, which ComfyUI imports at start."""
-    env = harness.bed_env("ascend-cu130", comfy="v0_3_45")
+    """The real 0.3.45: mmap and announce wait for comfy.utils, which ComfyUI imports at start."""
+    env = harness.bed_env("ascend-cu130", comfy=str(harness.comfyui_dir("0.3.45")))
     data = as_json(cli(bed_python, ["status", "--json", "--import", "comfy.model_management"],
                        tmp_path, env))
     assert data["imports"]["asked"] == {"comfy.model_management": None}
     followed = data["imports"]["followed"]
     assert followed["comfy.utils"] is None
-    assert all(name.startswith("comfy.") and error in (None, "not in this version")
-               for name, error in followed.items())
+    # a follow-up import may lack only what some test venvs cannot hold for their torch
+    unbuildable = {"ModuleNotFoundError: No module named '%s'" % name for name in ("torchvision", "torchaudio")}
+    assert all(name.startswith("comfy.") and error in {None, "not in this version"} | unbuildable
+               for name, error in followed.items()), followed
+    missing = [name for name, error in followed.items() if error in unbuildable]
     rows = {row["name"]: row for row in data["patches"]}
     assert rows["mmap"]["state"] == "applied" and rows["announce"]["state"] == "applied"
     assert rows["is_nvidia"]["state"] == "applied"
     table = cli(bed_python, ["status", "--import", "comfy.model_management"], tmp_path, env)
-    assert table.returncode == 0
+    assert table.returncode == (1 if missing else 0)
     assert "  also         comfy.utils (a patch waits for it)" in table.stdout
     assert max(len(line) for line in table.stdout.splitlines()) <= 100
     verbose = cli(bed_python, ["status", "-v", "--import", "comfy.model_management"], tmp_path, env)
@@ -123,7 +127,7 @@ def test_status_import_failure_exits_1(bed_python, tmp_path):
 
 
 def test_status_alloc_conf_tells_when_torch_npu_does_not_import(bed_python, tmp_path):
-    env = harness.bed_env("ascend-cpu", comfy="v0_29",
+    env = harness.bed_env("ascend-cpu", comfy=str(harness.comfyui_dir("0.30.0")), kitchen="0.2.27",
                           TESTBED_TORCH_NPU_IMPORT_ERROR="libhccl.so: cannot open shared object file")
     data = as_json(cli(bed_python, ["status", "--json", "--import", "comfy"], tmp_path, env))
     row = {r["name"]: r for r in data["patches"]}["alloc_conf"]
@@ -230,10 +234,11 @@ def test_status_json_stays_json_when_an_imported_module_prints(bed_python, tmp_p
 
 
 def test_closed_or_narrow_stdout_is_not_an_internal_error(bed_python, tmp_path):
-    comfy = tmp_path / "ComfyUI"
-    import shutil
-
-    shutil.copytree(harness.COMFY_FAKES / "v0_30", comfy)
+    comfy = tmp_path / "ComfyUI"  # the real 0.30.0, linked, with its own version file
+    comfy.mkdir()
+    for entry in harness.comfyui_dir("0.30.0").iterdir():
+        if entry.name != "comfyui_version.py":
+            (comfy / entry.name).symlink_to(entry)
     (comfy / "comfyui_version.py").write_text('__version__ = "0.30.2-昇腾"\n', encoding="utf-8")
     env = harness.bed_env("ascend-cu130", comfy=str(comfy), kitchen="0.2.40", PYTHONIOENCODING="ascii")
     narrow = cli(bed_python, ["doctor", "--comfyui", str(comfy)], tmp_path, env)

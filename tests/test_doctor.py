@@ -50,25 +50,26 @@ def flat(proc):
 
 
 def test_comfyui_before_ascend_support_is_a_problem(bed_python, tmp_path):
-    """v0.3.10 on the users' box: its import dies, so doctor must not say OK."""
-    comfy = harness.COMFY_FAKES / "v0_3_10"
-    env = harness.bed_env("ascend-cu130", comfy="v0_3_10")
+    """A ComfyUI before its NPU code on the users' box (no release the suite runs is one: the bed's
+    small fake models it): its import dies, so doctor must not say OK."""
+    comfy = harness.COMFY_FAKES / "before_ascend_support"
+    env = harness.bed_env("ascend-cu130", comfy=str(comfy))
     crash = harness.run([str(bed_python), "-c", "import comfy.model_management"], env, tmp_path)
     assert "Found no NVIDIA driver" in crash.stderr
 
     proc = doctor(bed_python, tmp_path, env, "--comfyui", str(comfy))
     assert proc.returncode == 1
-    assert ("[problem] ComfyUI 0.3.10 in %s predates Ascend support (v0.3.11): it cannot run on "
-            "this NPU, and the shim leaves it alone" % comfy) in flat(proc)
-    assert "fix: upgrade ComfyUI to v0.3.11 or newer" in flat(proc)
+    assert ("[problem] ComfyUI 0.3.9 in %s predates Ascend support (no is_ascend_npu): it cannot run "
+            "on this NPU, and the shim leaves it alone" % comfy) in flat(proc)
+    assert "fix: upgrade ComfyUI (e.g. git pull in %s)" % comfy in flat(proc)
     assert proc.stdout.rstrip().endswith("PROBLEMS found: ComfyUI will not run properly on the NPU")
     report = json.loads(doctor(bed_python, tmp_path, env, "--json", "--comfyui", str(comfy)).stdout)
     assert set(report) == DOCTOR_KEYS and report["comfyui"]["supports_ascend"] is False
 
 
 def test_supported_comfyui_on_the_npu_is_ok(bed_python, tmp_path):
-    comfy = harness.COMFY_FAKES / "v0_29"
-    env = harness.bed_env("ascend-cu130", kitchen="0.2.40")
+    comfy = harness.comfyui_dir("0.30.0")
+    env = harness.bed_env("ascend-cu130", kitchen="0.2.27")  # the comfy-kitchen 0.30.0 pins
     proc = doctor(bed_python, tmp_path, env, "--json", "--comfyui", str(comfy))
     report = json.loads(proc.stdout)
     assert proc.returncode == 0 and problems(report) == []
@@ -76,9 +77,9 @@ def test_supported_comfyui_on_the_npu_is_ok(bed_python, tmp_path):
     assert report["torch"]["cuda_build"] is True
     assert report["torch_npu"]["quant_ops"] == {"npu_dynamic_quant": True, "npu_quant_matmul": True}
     assert report["cann"] == "9.1.0-beta.1"
-    assert report["comfy_kitchen"]["version"] == "0.2.40"
-    assert report["comfy_kitchen"]["upstream_ascend_backend"] is True
-    assert report["comfyui"]["version"] == "0.30.2" and report["comfyui"]["supports_ascend"] is True
+    assert report["comfy_kitchen"]["version"] == "0.2.27"
+    assert report["comfy_kitchen"]["upstream_ascend_backend"] is False
+    assert report["comfyui"]["version"] == "0.30.0" and report["comfyui"]["supports_ascend"] is True
     assert report["alloc_conf"] == "expandable_segments:True, set by the shim when ComfyUI starts"
     # ComfyUI's cuda_malloc.py sets cudaMallocAsync in its own process: foreseen, not seen in the shell
     assert any("cuda_malloc.py will set PYTORCH_CUDA_ALLOC_CONF" in f["what"] for f in report["findings"])
@@ -89,7 +90,7 @@ def test_supported_comfyui_on_the_npu_is_ok(bed_python, tmp_path):
 @pytest.mark.parametrize("machine", ["cpu", "nvidia"])
 def test_no_claims_about_an_npu_on_other_machines(bed_python, tmp_path, machine):
     proc = doctor(bed_python, tmp_path, harness.bed_env(machine), "--comfyui",
-                  str(harness.COMFY_FAKES / "v0_29"))
+                  str(harness.comfyui_dir("0.30.0")))
     assert proc.returncode == 0
     assert "the NPU" not in proc.stdout
     assert proc.stdout.rstrip().endswith("OK: no Ascend NPU here, so the shim stays inert; nothing to fix")
