@@ -46,6 +46,9 @@ import json, sys
 from testbed.absent_packages import stand_in_for
 stand_in_for(("torchvision", "torchaudio"))  # comfy.ldm's imports reach them; no build for this torch
 path, layers, width = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+sys.argv = ["main.py", "--cpu"]  # the writer only builds tensors: ComfyUI on the host
+import comfy.options
+comfy.options.enable_args_parsing()
 import torch, safetensors.torch
 import comfy.ops
 from comfy.ldm.wan.model import WanModel
