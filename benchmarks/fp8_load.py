@@ -1,9 +1,10 @@
 """Host RAM and device memory of loading an fp8 checkpoint, per ``ASCEND_SHIM_FP8`` form.
 
-One ``comfy_quant`` float8_e4m3fn diffusion model (the fake ComfyUI 0.30's
-tiny DiT, widened: --layers Linear layers of --width x --width) is written
-once, then loaded through ``comfy.sd.load_diffusion_model`` and moved to the
-device in a fresh interpreter per contender, on the simulated machines:
+One ``comfy_quant`` float8_e4m3fn diffusion model (a Wan 2.1 t2v of --layers
+blocks of width --width, keys and shapes from the real ComfyUI 0.30.0's own
+class, every Linear fp8) is written once, then loaded through the real
+``comfy.sd.load_diffusion_model`` and moved to the device in a fresh
+interpreter per contender, on the simulated machines:
 
   fp8 kept  an Ascend 950 (TESTBED_NPU_NAME=Ascend950PR): the shim leaves fp8 alone
   bf16      the 910B, ASCEND_SHIM_FP8=bf16 (the default there)
@@ -17,7 +18,7 @@ Figures per contender:
   from the simulated device's allocation counter;
 - load time (host, this machine: a figure, not a target).
 
-    python benchmarks/fp8_load.py [--layers 12] [--width 2048] [--json]
+    python benchmarks/fp8_load.py [--layers 4] [--width 1024] [--json]
 """
 
 import argparse
@@ -37,28 +38,42 @@ CONTENDERS = {
     "bf16 (910B default)": ("ascend-cu130", {"ASCEND_SHIM_FP8": "bf16"}),
     "int8": ("ascend-cu130", {"ASCEND_SHIM_FP8": "int8"}),
 }
-KITCHEN = "0.2.27"
+COMFYUI = "0.30.0"
+KITCHEN = "0.2.27"  # the comfy-kitchen ComfyUI 0.30.0 pins
 
 WRITER = r"""
-import json, sys, torch, safetensors.torch
+import json, sys
+from testbed.absent_packages import stand_in_for
+stand_in_for(("torchvision", "torchaudio"))  # comfy.ldm's imports reach them; no build for this torch
 path, layers, width = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+sys.argv = ["main.py", "--cpu"]  # the writer only builds tensors: ComfyUI on the host
+import comfy.options
+comfy.options.enable_args_parsing()
+import torch, safetensors.torch
+import comfy.ops
+from comfy.ldm.wan.model import WanModel
+# ComfyUI's own Wan 2.1 t2v class, on the meta device: the real keys and shapes at this size
+model = WanModel(model_type="t2v", dim=width, ffn_dim=4 * width, num_heads=width // 128, num_layers=layers,
+                 in_dim=16, out_dim=16, operations=comfy.ops.disable_weight_init, device="meta")
 g = torch.Generator().manual_seed(0)
 sd, conf = {}, {}
-shapes = {"proj_in": (width, 64), **{"blocks.%d" % i: (width, width) for i in range(layers)}, "proj_out": (64, width)}
-for name, shape in shapes.items():
-    w = torch.randn(shape, generator=g) * 0.02
-    scale = (w.abs().max() / 448).float()
-    sd[name + ".weight"] = (w / scale).to(torch.float8_e4m3fn)
-    sd[name + ".weight_scale"] = scale
-    sd[name + ".bias"] = torch.zeros(shape[0], dtype=torch.bfloat16)
-    conf[name] = {"format": "float8_e4m3fn"}
-sd["norm_weight"] = torch.ones(width, dtype=torch.bfloat16)
+for key, meta in model.state_dict().items():
+    w = torch.randn(meta.shape, generator=g) * 0.02
+    if key.endswith(".weight") and w.dim() == 2:  # every Linear: comfy_quant float8_e4m3fn
+        scale = (w.abs().max() / 448).float()
+        sd[key] = (w / scale).to(torch.float8_e4m3fn)
+        sd[key[:-len("weight")] + "weight_scale"] = scale
+        conf[key[:-len(".weight")]] = {"format": "float8_e4m3fn"}
+    else:
+        sd[key] = w.to(torch.bfloat16)
 safetensors.torch.save_file(sd, path, metadata={"_quantization_metadata": json.dumps({"layers": conf})})
-print(sum(v.numel() for k, v in sd.items() if k.endswith(".weight")))
+print(len(conf))
 """
 
 LOADER = r"""
 import json, os, resource, sys, time
+from testbed.absent_packages import stand_in_for
+stand_in_for(("torchvision", "torchaudio"))  # real comfy.sd imports them; no build for this torch
 import comfy.options
 comfy.options.enable_args_parsing()
 import comfy.model_management as mm
@@ -95,21 +110,24 @@ print(json.dumps({"peak_growth_bytes": (peak - before) * 1024, "load_s": load_s,
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--layers", type=int, default=12)
-    parser.add_argument("--width", type=int, default=2048)
+    parser.add_argument("--layers", type=int, default=4)
+    parser.add_argument("--width", type=int, default=1024)
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
     folder = tempfile.mkdtemp()
     path = os.path.join(folder, "fp8_model.safetensors")
-    subprocess.run([sys.executable, "-c", WRITER, path, str(args.layers), str(args.width)], check=True,
-                   capture_output=True)
+    comfy = harness.comfyui_dir(COMFYUI)
+    written = subprocess.run([sys.executable, "-c", WRITER, path, str(args.layers), str(args.width)], check=True,
+                             capture_output=True, text=True,
+                             env=harness.bed_env("cpu", comfy=comfy, kitchen=KITCHEN))
+    linear_layers = int(written.stdout.split()[-1])
     file_bytes = os.path.getsize(path)
     script = os.path.join(folder, "load.py")
     with open(script, "w") as f:
         f.write(LOADER)
     results = {}
     for name, (kind, env) in CONTENDERS.items():
-        child_env = harness.bed_env(kind, comfy="v0_30", kitchen=KITCHEN, extra_path=[str(harness.REPO)],
+        child_env = harness.bed_env(kind, comfy=comfy, kitchen=KITCHEN, extra_path=[str(harness.REPO)],
                                     FP8_BENCH_FILE=path, **env)
         proc = subprocess.run([sys.executable, script], env=child_env, capture_output=True, text=True,
                               timeout=1200, cwd=folder)
@@ -119,8 +137,8 @@ def main():
     if args.json:
         print(json.dumps({"file_bytes": file_bytes, "results": results}, indent=2))
         return
-    print("fp8 file: %.1f MiB, %d Linear layers of %d x %d" % (file_bytes / 2**20, args.layers + 2, args.width,
-                                                                args.width))
+    print("fp8 file: %.1f MiB, a Wan 2.1 of %d blocks of width %d (%d fp8 Linear layers)" % (
+        file_bytes / 2**20, args.layers, args.width, linear_layers))
     print("| form | weights on the device | device bytes per fp8 weight byte | peak host RSS growth "
           "during load / file size | load time |")
     print("|---|---|---:|---:|---:|")

@@ -1,12 +1,15 @@
-"""Every fp8 entry point of a (fake or real) ComfyUI, run once on the simulated machine.
+"""Every fp8 entry point of a real ComfyUI, run once on the simulated machine.
 
     python fp8_cases.py <comfyui-dir> [-- --fp8_e4m3fn-unet ...]
 
-Writes fp8 checkpoints of ComfyUI 0.30's three kinds (legacy ``scaled_fp8``,
-``comfy_quant`` float8 via ``_quantization_metadata``, unscaled fp8) for the
-tiny models of the fake ``comfy.sd``, loads each through ComfyUI's own
-loaders, runs it on ComfyUI's device and compares the output with a float32
-reference computed from the fp8 weights and scales. Prints one JSON object:
+Writes fp8 files of ComfyUI 0.30's three kinds (legacy ``scaled_fp8``,
+``comfy_quant`` float8 via ``_quantization_metadata``, unscaled fp8) for a
+tiny Wan 2.1 diffusion model and a CLIP-L text encoder (keys and shapes read
+off ComfyUI's own classes, weights random), loads each through ComfyUI's own
+loaders (comfy.sd; torchvision / torchaudio stood in for by
+testbed.absent_packages), runs it on ComfyUI's device and compares the output
+with ComfyUI's class run in float32 on the CPU on the weights the fp8 file
+stands for (fp8 values times scales). Prints one JSON object:
 per case ``{"ok": ..., "cos": ..., "weights": {dtype on device: count},
 "weight_bytes": ..., "weight_elements": ..., "quant_matmul": ...}`` or
 ``{"error": "<type>: <message>"}``; plus the shim's fp8 patch states.
@@ -18,8 +21,11 @@ import sys
 import tempfile
 import traceback
 
+from testbed.absent_packages import stand_in_for  # noqa: E402
+
 COMFY_DIR = sys.argv[1]
 FLAGS = sys.argv[sys.argv.index("--") + 1:] if "--" in sys.argv else []
+stand_in_for(("torchvision", "torchaudio"))  # real comfy.sd imports them; no build for this torch
 sys.path.insert(0, COMFY_DIR)
 sys.argv = [os.path.join(COMFY_DIR, "main.py")] + FLAGS
 
@@ -32,6 +38,7 @@ import safetensors.torch  # noqa: E402
 
 import importlib  # noqa: E402
 
+import comfy.lora  # noqa: E402
 import comfy.ops  # noqa: E402
 import comfy.utils  # noqa: E402
 
@@ -40,17 +47,16 @@ try:
 except ImportError:  # a machine without the simulated NPU
     torch_npu = None
 
-WIDTH, IN, DEPTH, VOCAB = 256, 64, 2, 96
-LAYERS = {"proj_in": (WIDTH, IN), **{"blocks.%d" % i: (WIDTH, WIDTH) for i in range(DEPTH)}, "proj_out": (IN, WIDTH)}
-TE_LAYERS = {"blocks.%d" % i: (WIDTH, WIDTH) for i in range(DEPTH)}
+WIDTH, FFN, DEPTH, LATENT = 256, 512, 2, 16  # a tiny Wan 2.1 t2v: 2 heads of 128, 2 blocks
+IN = 64  # the Linear cases' input width
 FP8_MAX = {torch.float8_e4m3fn: 448.0, torch.float8_e5m2: 57344.0}
 DEVICE = mm.get_torch_device()
-ACTIVATIONS = torch.bfloat16 if DEVICE.type == "npu" else torch.float32  # ComfyUI's compute dtype there
+ACTIVATIONS = torch.bfloat16 if DEVICE.type == "npu" else torch.float32  # the Linear cases' compute dtype
 FOLDER = tempfile.mkdtemp()
 
 
 def loaders():
-    """``comfy.sd``, imported by the cases that load files (a real one imports every model)."""
+    """``comfy.sd``, imported by the cases that load files (it imports every model)."""
     return importlib.import_module("comfy.sd")
 
 
@@ -78,22 +84,6 @@ def fp8_layers(layers, seed, dtypes=None):
     return out
 
 
-def diffusion_reference(weights, biases, norm, x):
-    y = x @ weights["proj_in"].T + biases["proj_in"]
-    for i in range(DEPTH):
-        name = "blocks.%d" % i
-        y = y + torch.nn.functional.gelu(y @ weights[name].T + biases[name])
-    y = y * norm
-    return y @ weights["proj_out"].T + biases["proj_out"]
-
-
-def text_reference(weights, table, tokens):
-    y = table[tokens]
-    for i in range(DEPTH):
-        y = y + torch.nn.functional.gelu(y @ weights["blocks.%d" % i].T)
-    return y
-
-
 def cosine(a, b):
     a, b = a.double().flatten(), b.double().flatten()
     return float(a @ b / (a.norm() * b.norm()))
@@ -105,23 +95,53 @@ def save(name, sd, metadata=None):
     return path
 
 
+def wan(dtype=torch.float32, device=None):
+    """ComfyUI's own Wan 2.1 t2v class at the tiny size its detector reads back from the weights."""
+    from comfy.ldm.wan.model import WanModel
+
+    return WanModel(model_type="t2v", dim=WIDTH, ffn_dim=FFN, num_heads=WIDTH // 128, num_layers=DEPTH,
+                    in_dim=LATENT, out_dim=LATENT, operations=comfy.ops.disable_weight_init,
+                    dtype=dtype, device=device)
+
+
 def diffusion_parts(seed, dtypes=None):
-    layers = fp8_layers(LAYERS, seed, dtypes)
+    """A Wan 2.1 state dict as fp8 releases ship it: every Linear weight fp8 (layers), the rest
+    bf16 (others), so that fp8 is the file's weight dtype (comfy.utils.weight_dtype counts
+    elements). Keys are the real model's, shapes read off ComfyUI's class."""
+    shapes = {k: tuple(v.shape) for k, v in wan(device="meta").state_dict().items()}
+    linear = {k[:-len(".weight")]: s for k, s in shapes.items() if k.endswith(".weight") and len(s) == 2}
+    layers = fp8_layers(linear, seed, dtypes)
     generator = torch.Generator().manual_seed(seed + 1)
-    biases = {n: (torch.randn(s[0], generator=generator) * 0.01).to(torch.bfloat16) for n, s in LAYERS.items()}
-    norm = (1 + 0.1 * torch.randn(WIDTH, generator=generator)).to(torch.bfloat16)
-    return layers, biases, norm
+    others = {}
+    for key, shape in shapes.items():
+        if key[:-len(".weight")] in linear:
+            continue
+        if "norm" in key and key.endswith("weight"):
+            value = 1 + 0.1 * torch.randn(shape, generator=generator)
+        else:
+            value = torch.randn(shape, generator=generator) * (0.01 if key.endswith("bias") else 0.03)
+        others[key] = value.to(torch.bfloat16)
+    return layers, others
 
 
-def run_diffusion(patcher, layers, biases, norm, extra_weights=None):
+def run_diffusion(patcher, layers, others, extra_weights=None):
+    """The loaded model on ComfyUI's device against ComfyUI's class in float32 on the CPU, holding
+    the weights the fp8 file stands for."""
     mm.load_models_gpu([patcher])
-    x = torch.randn(8, IN, generator=torch.Generator().manual_seed(7))
-    out = patcher.model(x.to(ACTIVATIONS).to(DEVICE)).float().cpu()
-    weights = {n: v[2] for n, v in layers.items()}
+    generator = torch.Generator().manual_seed(7)
+    x = torch.randn(1, LATENT, 1, 8, 8, generator=generator)
+    context = torch.randn(1, 8, 4096, generator=generator)
+    timestep = torch.tensor([500.0])
+    dtype = patcher.model.manual_cast_dtype or patcher.model.get_dtype()
+    out = patcher.model.diffusion_model(x.to(DEVICE, dtype), timestep.to(DEVICE), context.to(DEVICE, dtype))
+    weights = {k: v.float() for k, v in others.items()}
+    weights.update({n + ".weight": v[2] for n, v in layers.items()})
     for name, delta in (extra_weights or {}).items():
-        weights[name] = weights[name] + delta
-    ref = diffusion_reference(weights, {k: v.float() for k, v in biases.items()}, norm.float(), x)
-    return {"ok": True, "cos": cosine(out, ref), **device_summary(patcher.model)}
+        weights[name + ".weight"] = weights[name + ".weight"] + delta
+    reference = wan()
+    reference.load_state_dict(weights)
+    ref = reference(x, timestep, context)
+    return {"ok": True, "cos": cosine(out.float().cpu(), ref), "dtype": str(dtype), **device_summary(patcher.model)}
 
 
 def device_summary(model):
@@ -144,83 +164,115 @@ def device_summary(model):
     return summary
 
 
+def scaled_fp8_sd(layers, prefix=""):
+    """The legacy ``scaled_fp8`` form: fp8 weights, ``scale_weight`` and the marker tensor."""
+    sd = {prefix + "scaled_fp8": torch.empty(0, dtype=torch.float8_e4m3fn)}
+    for name, (q, scale, _) in layers.items():
+        sd[prefix + name + ".weight"] = q
+        sd[prefix + name + ".scale_weight"] = scale.reshape(1)
+    return sd
+
+
 def case_checkpoint_scaled_fp8():
-    """A full checkpoint in the legacy scaled_fp8 form: diffusion model and text encoder."""
-    layers, biases, norm = diffusion_parts(1)
-    te = fp8_layers(TE_LAYERS, 2)
-    table = torch.randn(VOCAB, WIDTH, generator=torch.Generator().manual_seed(3)).to(torch.bfloat16)
-    sd = {}
-    for prefix, parts in (("model.diffusion_model.", layers), ("text_encoders.tiny.", te)):
-        for name, (q, scale, _) in parts.items():
-            sd[prefix + name + ".weight"] = q
-            sd[prefix + name + ".scale_weight"] = scale.reshape(1)
-        sd[prefix + "scaled_fp8"] = torch.empty(0, dtype=torch.float8_e4m3fn)
-    for name, bias in biases.items():
-        sd["model.diffusion_model." + name + ".bias"] = bias
-    sd["model.diffusion_model.norm_weight"] = norm
-    sd["text_encoders.tiny.shared.weight"] = table
-    model, clip = loaders().load_checkpoint_guess_config(save("checkpoint", sd))
-    result = run_diffusion(model, layers, biases, norm)
-    tokens = torch.tensor([[1, 5, 9, 42]])
-    out = clip.encode(tokens).float().cpu()
-    result["text_cos"] = cosine(out, text_reference({n: v[2] for n, v in te.items()}, table.float(), tokens))
-    result["text_device"] = str(clip.patcher.load_device)
-    return result
+    """A checkpoint file (``model.diffusion_model.`` keys) in the legacy scaled_fp8 form."""
+    layers, others = diffusion_parts(1)
+    sd = scaled_fp8_sd(layers, "model.diffusion_model.")
+    sd.update({"model.diffusion_model." + k: v for k, v in others.items()})
+    model, clip = loaders().load_checkpoint_guess_config(save("checkpoint", sd), output_clip=False,
+                                                         output_vae=False)[:2]
+    return run_diffusion(model, layers, others)
 
 
 def comfy_quant_file(seed):
-    layers, biases, norm = diffusion_parts(seed, dtypes={"proj_out": torch.float8_e5m2})
-    sd, conf = {}, {}
+    """comfy_quant float8 via ``_quantization_metadata``; the FFN output layers e5m2."""
+    shapes = {k[:-len(".weight")] for k in wan(device="meta").state_dict() if ".ffn.2." in k}
+    layers, others = diffusion_parts(seed, dtypes={n: torch.float8_e5m2 for n in shapes})
+    sd, conf = dict(others), {}
     for name, (q, scale, _) in layers.items():
         sd[name + ".weight"] = q
         sd[name + ".weight_scale"] = scale
-        sd[name + ".bias"] = biases[name]
         conf[name] = {"format": "float8_e5m2" if q.dtype == torch.float8_e5m2 else "float8_e4m3fn"}
-    sd["norm_weight"] = norm
     metadata = {"_quantization_metadata": json.dumps({"layers": conf})}
-    return save("comfy_quant_%d" % seed, sd, metadata), layers, biases, norm
+    return save("comfy_quant_%d" % seed, sd, metadata), layers, others
 
 
 def case_diffusion_comfy_quant():
     """A diffusion model with per-layer comfy_quant float8 (e4m3fn and e5m2) metadata."""
-    path, layers, biases, norm = comfy_quant_file(4)
-    return run_diffusion(loaders().load_diffusion_model(path), layers, biases, norm)
+    path, layers, others = comfy_quant_file(4)
+    return run_diffusion(loaders().load_diffusion_model(path), layers, others)
+
+
+def unscaled_fp8(layers):
+    """The weights themselves cast to fp8, no scale (what an unscaled fp8 file holds)."""
+    out = {}
+    for name, (_, _, weight) in layers.items():
+        q = weight.to(torch.float8_e4m3fn)
+        out[name] = (q, None, q.to(torch.float32))
+    return out
 
 
 def case_diffusion_unscaled():
     """An fp8 diffusion model without scales (plain fp8 weights)."""
-    layers, biases, norm = diffusion_parts(5)
-    sd = {name + ".weight": q for name, (q, _, _) in layers.items()}
-    sd.update({name + ".bias": b for name, b in biases.items()}, norm_weight=norm)
-    unscaled = {name: (q, None, q.to(torch.float32)) for name, (q, _, _) in layers.items()}
-    return run_diffusion(loaders().load_diffusion_model(save("unscaled", sd)), unscaled, biases, norm)
+    layers, others = diffusion_parts(5)
+    unscaled = unscaled_fp8(layers)
+    sd = {name + ".weight": q for name, (q, _, _) in unscaled.items()}
+    sd.update(others)
+    return run_diffusion(loaders().load_diffusion_model(save("unscaled", sd)), unscaled, others)
 
 
-def text_file(seed, scaled):
-    te = fp8_layers(TE_LAYERS, seed)
-    table = torch.randn(VOCAB, WIDTH, generator=torch.Generator().manual_seed(seed)) * 0.5
-    table_fp8 = table.to(torch.float8_e4m3fn)
-    sd = {"shared.weight": table_fp8}
-    for name, (q, scale, _) in te.items():
-        sd[name + ".weight"] = q
-        if scaled:
-            sd[name + ".scale_weight"] = scale.reshape(1)
-    if scaled:
-        sd["scaled_fp8"] = torch.empty(0, dtype=torch.float8_e4m3fn)
-    else:
-        te = {n: (q, None, q.to(torch.float32)) for n, (q, _, _) in te.items()}
-    return save("text_%d" % seed, sd), te, table_fp8.to(torch.float32)
+def clip_l_parts(seed):
+    """CLIP-L as its files hold it (``text_model.`` keys, shapes read off ComfyUI's SD1 CLIP):
+    the encoder layers' Linear weights as fp8 layers, the rest float32."""
+    import comfy.sd1_clip
+
+    shapes = {k[len("transformer."):]: tuple(v.shape)
+              for k, v in comfy.sd1_clip.SDClipModel(device="meta").state_dict().items()
+              if k.startswith("transformer.")}
+    linear = {k[:-len(".weight")]: s for k, s in shapes.items()
+              if ".encoder.layers." in k and k.endswith(".weight") and len(s) == 2}
+    layers = fp8_layers(linear, seed)
+    generator = torch.Generator().manual_seed(seed + 1)
+    others = {}
+    for key, shape in shapes.items():
+        if key[:-len(".weight")] in linear:
+            continue
+        if "norm" in key and key.endswith("weight"):
+            others[key] = 1 + 0.1 * torch.randn(shape, generator=generator)
+        else:
+            others[key] = torch.randn(shape, generator=generator) * (0.01 if key.endswith("bias") else 0.02)
+    return layers, others
+
+
+def text_reference(layers, others, tokens):
+    """ComfyUI's SD1 CLIP in float32 on the CPU, holding the weights the file stands for."""
+    import comfy.sd1_clip
+
+    weights = dict(others)
+    weights.update({n + ".weight": v[2] for n, v in layers.items()})
+    reference = comfy.sd1_clip.SD1ClipModel(device="cpu", dtype=torch.float32)
+    reference.load_sd(weights)
+    return reference.encode_token_weights(tokens)[0]
+
+
+def encode(clip, layers, others):
+    tokens = clip.tokenize("a photograph of an astronaut riding a horse")
+    out = clip.encode_from_tokens(tokens).float().cpu()
+    return cosine(out, text_reference(layers, others, tokens))
 
 
 def case_text_encoder():
-    """Text encoders through load_clip: legacy scaled_fp8 and unscaled fp8 files."""
+    """A CLIP-L text encoder through load_clip: legacy scaled_fp8 and unscaled fp8 files."""
     result = {"ok": True}
-    tokens = torch.tensor([[3, 1, 4, 1, 5, 9]])
     for kind, scaled in (("scaled", True), ("unscaled", False)):
-        path, te, table = text_file(10 + scaled, scaled)
-        clip = loaders().load_clip([path])
-        out = clip.encode(tokens).float().cpu()
-        result[kind + "_cos"] = cosine(out, text_reference({n: v[2] for n, v in te.items()}, table, tokens))
+        layers, others = clip_l_parts(10 + scaled)
+        if scaled:
+            sd = scaled_fp8_sd(layers)
+        else:
+            layers = unscaled_fp8(layers)
+            sd = {n + ".weight": q for n, (q, _, _) in layers.items()}
+        sd.update(others)
+        clip = loaders().load_clip([save("text_%s" % kind, sd)])
+        result[kind + "_cos"] = encode(clip, layers, others)
         result[kind + "_device"] = str(clip.patcher.load_device)
         result[kind + "_weights"] = device_summary(clip.cond_stage_model)["weights"]
     result["cos"] = min(result["scaled_cos"], result["unscaled_cos"])
@@ -284,47 +336,49 @@ def case_w4a8_layer():
 
 
 def case_lora():
-    """A LoRA on a comfy_quant float8 layer, patched at load as ComfyUI does."""
-    path, layers, biases, norm = comfy_quant_file(30)
+    """A LoRA on a comfy_quant float8 layer, keyed and applied by ComfyUI's own LoRA code."""
+    path, layers, others = comfy_quant_file(30)
+    target = "blocks.0.self_attn.q"
     generator = torch.Generator().manual_seed(31)
-    up, down = torch.randn(WIDTH, 8, generator=generator) * 0.1, torch.randn(8, WIDTH, generator=generator) * 0.1
+    # large enough that the model's output shows it (one layer of a real model, not the whole model)
+    up, down = torch.randn(WIDTH, 8, generator=generator) * 0.5, torch.randn(8, WIDTH, generator=generator) * 0.5
+    lora = {"diffusion_model.%s.lora_up.weight" % target: up, "diffusion_model.%s.lora_down.weight" % target: down}
     patcher = loaders().load_diffusion_model(path).clone()
-    added = patcher.add_patches({"blocks.0.weight": (up, down)}, 0.8)
-    result = run_diffusion(patcher, layers, biases, norm, extra_weights={"blocks.0": 0.8 * (up @ down)})
-    result["patched"] = added
-    without = run_diffusion(loaders().load_diffusion_model(path), layers, biases, norm,
-                            extra_weights={"blocks.0": 0.8 * (up @ down)})
+    loaded = comfy.lora.load_lora(lora, comfy.lora.model_lora_keys_unet(patcher.model, {}))
+    added = patcher.add_patches(loaded, 0.8)
+    delta = {target: 0.8 * (up @ down)}
+    result = run_diffusion(patcher, layers, others, extra_weights=delta)
+    result["patched"] = sorted(added)
+    without = run_diffusion(loaders().load_diffusion_model(path), layers, others, extra_weights=delta)
     result["cos_without_lora"] = without["cos"]
     return result
 
 
 def bf16_diffusion_file():
-    layers, biases, norm = diffusion_parts(40)
+    layers, others = diffusion_parts(40)
     exact = {n: (None, None, v[2].to(torch.bfloat16).float()) for n, v in layers.items()}
     sd = {name + ".weight": v[2].to(torch.bfloat16) for name, v in exact.items()}
-    sd.update({name + ".bias": b for name, b in biases.items()}, norm_weight=norm)
-    return save("bf16_diffusion", sd), exact, biases, norm
+    sd.update(others)
+    return save("bf16_diffusion", sd), exact, others
 
 
 def case_weight_dtype_option():
     """The Load Diffusion Model node's weight_dtype fp8_e4m3fn on a bf16 file."""
-    path, layers, biases, norm = bf16_diffusion_file()
+    path, layers, others = bf16_diffusion_file()
     patcher = loaders().load_diffusion_model(path, model_options={"dtype": torch.float8_e4m3fn})
-    return run_diffusion(patcher, layers, biases, norm)
+    return run_diffusion(patcher, layers, others)
 
 
 def case_flags():
-    """bf16 files under the command line's --fp8_* flags (the caller passes them)."""
-    path, layers, biases, norm = bf16_diffusion_file()
-    result = run_diffusion(loaders().load_diffusion_model(path), layers, biases, norm)
-    te_layers = fp8_layers(TE_LAYERS, 41)
-    table = torch.randn(VOCAB, WIDTH, generator=torch.Generator().manual_seed(42)).to(torch.bfloat16)
-    sd = {"shared.weight": table, **{n + ".weight": v[2].to(torch.bfloat16) for n, v in te_layers.items()}}
+    """bf16/float32 files under the command line's --fp8_* flags (the caller passes them)."""
+    path, layers, others = bf16_diffusion_file()
+    result = run_diffusion(loaders().load_diffusion_model(path), layers, others)
+    te_layers, te_others = clip_l_parts(41)
+    exact = {n: (None, None, v[2].to(torch.bfloat16).float()) for n, v in te_layers.items()}
+    sd = {n + ".weight": v[2].to(torch.bfloat16) for n, v in exact.items()}
+    sd.update(te_others)
     clip = loaders().load_clip([save("bf16_text", sd)])
-    tokens = torch.tensor([[2, 7, 1, 8]])
-    out = clip.encode(tokens).float().cpu()
-    weights = {n: v[2].to(torch.bfloat16).float() for n, v in te_layers.items()}
-    result["text_cos"] = cosine(out, text_reference(weights, table.float(), tokens))
+    result["text_cos"] = encode(clip, exact, te_others)
     result["text_device"] = str(clip.patcher.load_device)
     result["text_weights"] = device_summary(clip.cond_stage_model)["weights"]
     result["unet_dtype"] = str(mm.unet_dtype())
