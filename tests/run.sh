@@ -73,7 +73,7 @@ prepare() {  # prepare 3.11: the venv and the downloads, before any test runs
     # what the real ComfyUI releases import, with this venv's torch pinned: pip never replaces it
     local pin
     pin="$(mktemp)"
-    "$venv/bin/python" -c 'import torch; print("torch==" + torch.__version__)' > "$pin"
+    "$venv/bin/python" -c 'from importlib.metadata import version; print("torch==" + version("torch"))' > "$pin"
     "$venv/bin/python" -m pip install -q --disable-pip-version-check \
         -r tests/requirements-comfyui.txt -c "$pin"
     rm -f "$pin"

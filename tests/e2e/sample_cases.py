@@ -19,17 +19,14 @@ The assertions live in ``test_sampling.py``.
 """
 
 import argparse
-import importlib
-import importlib.abc
-import importlib.machinery
-import importlib.util
 import io
 import json
 import logging
 import os
 import sys
 import time
-import types
+
+from testbed.absent_packages import stand_in_for
 
 START = time.monotonic()
 parser = argparse.ArgumentParser()
@@ -62,59 +59,11 @@ def error_line(exc):
     return "%s: %s" % (type(exc).__name__, text[0] if text else "")
 
 
-# --------------------------------------------------------------------------- absent packages
-
-class _Absent(types.ModuleType):
-    """A package with no build for this torch (torchvision/torchaudio for torch
-    2.12/2.13 here): importable, so that comfy.sd imports, but any use raises."""
-
-    def __getattr__(self, name):
-        if name.startswith("__"):
-            raise AttributeError(name)
-
-        def unavailable(*args, **kwargs):
-            raise ImportError("%s.%s: %s is not installed here" % (self.__name__, name,
-                                                                    self.__name__.split(".")[0]))
-        return unavailable
-
-
-class _AbsentFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
-    def __init__(self, roots):
-        self.roots = roots
-
-    def find_spec(self, name, path=None, target=None):
-        if name.split(".")[0] in self.roots:
-            return importlib.machinery.ModuleSpec(name, self, is_package=True)
-        return None
-
-    def create_module(self, spec):
-        module = _Absent(spec.name)
-        module.__path__ = []
-        return module
-
-    def exec_module(self, module):
-        pass
-
-
-def stand_in_for_absent(names):
-    missing = []
-    for name in names:
-        try:
-            importlib.import_module(name)
-        except Exception:  # absent, or a build for another torch
-            for key in [k for k in sys.modules if k == name or k.startswith(name + ".")]:
-                del sys.modules[key]
-            missing.append(name)
-    if missing:
-        sys.meta_path.insert(0, _AbsentFinder(set(missing)))
-    return missing
-
-
 # --------------------------------------------------------------------------- start ComfyUI
 
 sys.path.insert(0, OPTS.comfy_dir)
 sys.argv = [os.path.join(OPTS.comfy_dir, "main.py")] + FLAGS
-report["stand_ins"] = stand_in_for_absent(["torchvision", "torchaudio"])
+report["stand_ins"] = stand_in_for(("torchvision", "torchaudio"))
 try:
     import comfy.options
 
