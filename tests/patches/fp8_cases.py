@@ -338,10 +338,13 @@ def case_w4a8_layer():
 def case_lora():
     """A LoRA on a comfy_quant float8 layer, keyed and applied by ComfyUI's own LoRA code."""
     path, layers, others = comfy_quant_file(30)
-    target = "blocks.0.self_attn.q"
+    # the output head: every block's path is gated by modulation, so a LoRA there barely shows in a
+    # random model's output; the head's does, and it is a comfy_quant float8 Linear like the others
+    target = "head.head"
     generator = torch.Generator().manual_seed(31)
-    # large enough that the model's output shows it (one layer of a real model, not the whole model)
-    up, down = torch.randn(WIDTH, 8, generator=generator) * 0.5, torch.randn(8, WIDTH, generator=generator) * 0.5
+    out_features, in_features = layers[target][2].shape
+    up = torch.randn(out_features, 8, generator=generator) * 0.5
+    down = torch.randn(8, in_features, generator=generator) * 0.5
     lora = {"diffusion_model.%s.lora_up.weight" % target: up, "diffusion_model.%s.lora_down.weight" % target: down}
     patcher = loaders().load_diffusion_model(path).clone()
     loaded = comfy.lora.load_lora(lora, comfy.lora.model_lora_keys_unet(patcher.model, {}))

@@ -61,8 +61,12 @@ def test_every_fp8_entry_point_fails_on_the_910b_without_the_fp8_patches(fp8_run
     result = fp8_run(flags=TOO_BIG, ASCEND_SHIM_FP8="off")
     assert {r["state"] for r in result["status"].values()} == {"skipped"}
     assert all(r["reason"] == "ASCEND_SHIM_FP8=off" for r in result["status"].values())
-    for name in FP8_FILE_CASES + ("diffusion_unscaled", "text_encoder", "weight_dtype_option", "w4a8_layer"):
+    for name in FP8_FILE_CASES + ("diffusion_unscaled", "weight_dtype_option", "w4a8_layer"):
         assert result["cases"][name].get("error") == NO_FLOAT8, name
+    # ComfyUI's load_clip casts an fp8 text encoder to 16 bits on the host: no error on the 910B,
+    # but the scaled file loses its scale there, a wrong number the patches prevent
+    text = result["cases"]["text_encoder"]
+    assert text.get("error") == NO_FLOAT8 or text["scaled_cos"] < 0.9, text
 
 
 def test_every_fp8_entry_point_runs_in_bf16_on_the_910b(fp8_run):
@@ -94,7 +98,7 @@ def test_bf16_weights_take_two_bytes_per_fp8_byte(fp8_run):
 def test_lora_on_a_decoded_fp8_layer_is_applied(fp8_run):
     for result in (fp8_run(flags=TOO_BIG), fp8_run(flags=TOO_BIG, ASCEND_SHIM_FP8="int8")):
         case = passed(result, "lora")
-        assert case["patched"] == ["diffusion_model.blocks.0.self_attn.q.weight"]
+        assert case["patched"] == ["diffusion_model.head.head.weight"]
         assert case["cos"] >= 0.999 and case["cos_without_lora"] < 0.995, case
 
 
@@ -102,7 +106,9 @@ def test_int8_form_serves_fp8_layers_through_the_npu_int8_path(fp8_run):
     result = fp8_run(flags=TOO_BIG, ASCEND_SHIM_FP8="int8")
     for name in FP8_FILE_CASES:
         case = passed(result, name)
-        assert float8_on(case, "npu") == [] and any(k.startswith("int8@npu") for k in case["weights"]), name
+        # "too big for the card": ComfyUI keeps some weights on the host and streams them per
+        # layer, so int8 storage may sit on either side; the matmuls run on the NPU quant op
+        assert float8_on(case, "npu") == [] and any(k.startswith("int8@") for k in case["weights"]), name
         assert case["quant_matmul"] > 0, name
         assert case["cos"] >= 0.999, (name, case["cos"])
     memory = result["cases"]["diffusion_comfy_quant"]
@@ -123,9 +129,11 @@ def test_fp8_flags_and_load_options_hold_16_bit_weights_on_the_910b(fp8_run):
 
 def test_an_npu_that_holds_float8_keeps_fp8_as_comfyui_has_it(fp8_run):
     result = fp8_run(machine="ascend-cpu", TESTBED_NPU_NAME="Ascend950PR")
+    untouched = fp8_run(machine="ascend-cpu", TESTBED_NPU_NAME="Ascend950PR", ASCEND_SHIM="0")
     assert all(r["state"] == "skipped" and "holds float8" in r["reason"] for r in result["status"].values())
-    for name in FP8_FILE_CASES:
-        assert float8_on(passed(result, name), "npu"), name
+    for name in FP8_FILE_CASES:  # what ComfyUI itself does with fp8 there, unchanged
+        assert float8_on(passed(result, name), "npu") == float8_on(passed(untouched, name), "npu"), name
+    assert [name for name in FP8_FILE_CASES if float8_on(result["cases"][name], "npu")]
     assert passed(result, "w4a8_layer")["s_rel"] == "float8_e4m3fn@npu"
 
 
