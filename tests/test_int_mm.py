@@ -291,10 +291,16 @@ else:
         assert out["report"]["calls"] == 2
         assert out["kernel_after_remove"] is False
 
-    @pytest.mark.parametrize("env", [{"ASCEND_SHIM_DISABLE": "int_mm"}, {"ASCEND_SHIM_INT8": "off"}])
-    def test_patch_off_leaves_the_dispatcher_alone(run_bed, env):
-        out = _patch_run(run_bed, **env)
-        assert out["state"] in ("disabled", "skipped"), out
+    def test_patch_stays_under_int8_off(run_bed):
+        """ASCEND_SHIM_INT8 orders comfy-kitchen's backends only: with none registered, eager's
+        _int_mm still needs the kernel to stay off the CPU."""
+        out = _patch_run(run_bed, ASCEND_SHIM_INT8="off")
+        assert out["state"] == "applied" and out["fallbacks"] == {}, out
+        assert out["exact"] == {"int_mm": True, "mm_int8": True}
+
+    def test_patch_off_leaves_the_dispatcher_alone(run_bed):
+        out = _patch_run(run_bed, ASCEND_SHIM_DISABLE="int_mm")
+        assert out["state"] == "disabled", out
         assert out["kernel"] is False
         assert out["fallbacks"] == {"aten::_int_mm": 2}  # torch_npu's CPU fallback, as without the shim
         assert out["exact"] == {"int_mm": True, "mm_int8": True}
