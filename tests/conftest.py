@@ -53,6 +53,15 @@ def venv_for(tmp_path_factory, shim_wheel):
     return factory
 
 
+@pytest.fixture
+def no_torch_python(venv_for):
+    """The shim in a fresh Python 3.12 venv that cannot import torch."""
+    python = venv_for("3.12")
+    probe = harness.run([str(python), "-c", "import torch"], harness.scrubbed_env(), python.parent)
+    assert probe.returncode != 0, "this venv must not see torch"
+    return python
+
+
 @pytest.fixture(scope="session")
 def bed_python(tmp_path_factory, shim_wheel):
     """A fresh venv with the shim installed that also sees torch (this interpreter's)."""

@@ -31,14 +31,6 @@ def no_traceback(proc):
     return "Traceback" not in proc.stderr and "Traceback" not in proc.stdout
 
 
-@pytest.fixture
-def no_torch_python(venv_for):
-    python = venv_for("3.12")
-    probe = harness.run([str(python), "-c", "import torch"], harness.scrubbed_env(), python.parent)
-    assert probe.returncode != 0, "this venv must not see torch"
-    return python
-
-
 def test_quick_start_status_without_torch(no_torch_python, tmp_path):
     """The README's first command: installed, no NPU, what next; no blank reasons."""
     proc = cli(no_torch_python, ["status"], tmp_path, harness.scrubbed_env())

@@ -44,14 +44,6 @@ def with_reader_gone(python, args, env, tmp_path):
     return proc.wait(timeout=600), stderr
 
 
-@pytest.fixture
-def no_torch_python(venv_for):
-    python = venv_for("3.12")
-    probe = harness.run([str(python), "-c", "import torch"], harness.scrubbed_env(), python.parent)
-    assert probe.returncode != 0, "this venv must not see torch"
-    return python
-
-
 # --------------------------------------------------------------------------- strict JSON
 
 
