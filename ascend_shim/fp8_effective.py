@@ -61,7 +61,7 @@ def npu_int8_path() -> Tuple[Optional[str], str]:
         return None, "ASCEND_SHIM_INT8=%s registers only the dequantized fallback (%s)" % (
             report["policy"], report["note"] or report["decision"])
     int_mm_state, int_mm_reason = _state(INT_MM_PATCH)
-    if int_mm_state == "applied" or _torch_npu_int_mm():
+    if npu_int_mm():
         return "comfy-kitchen eager with an NPU aten::_int_mm kernel", ""
     if _config.get().int8 == "off":
         return None, "ASCEND_SHIM_INT8=off"
@@ -71,6 +71,11 @@ def npu_int8_path() -> Tuple[Optional[str], str]:
     return None, "no NPU INT8 path is registered (%s)" % "; ".join(
         "%s %s%s" % (name, state or "not decided", ": %s" % reason if reason else "")
         for name, (state, reason) in states.items())
+
+
+def npu_int_mm() -> bool:
+    """Whether ``aten::_int_mm`` on NPU tensors runs on the NPU: the shim's kernel or torch_npu's own."""
+    return _state(INT_MM_PATCH)[0] == "applied" or _torch_npu_int_mm()
 
 
 def _torch_npu_int_mm() -> bool:

@@ -16,22 +16,13 @@ from __future__ import annotations
 import sys
 from typing import List
 
-from ascend_shim import _records
+from ascend_shim import fp8_effective
 from ascend_shim.kitchen.backend import FALLBACK, SHIM
 from ascend_shim.kitchen.registration import UPSTREAM
 from ascend_shim.kitchen.registry_access import KitchenRegistry
 
 EAGER_INT_MM = ("int8_linear", "w4a8_int8_linear")
 NPU_BACKENDS = (SHIM, FALLBACK, UPSTREAM)
-
-
-def _int_mm_on_npu() -> bool:
-    record = _records.records().get("int_mm")
-    if record is not None and record.state == "applied":
-        return True
-    from ascend_shim import int_mm
-
-    return int_mm.served_elsewhere() is not None
 
 
 def first_server(registry: KitchenRegistry, function: str):
@@ -45,7 +36,7 @@ def first_server(registry: KitchenRegistry, function: str):
 def cpu_bound() -> List[str]:
     """The INT8-family functions whose NPU calls reach torch_npu's CPU fallback here."""
     ck = sys.modules.get("comfy_kitchen")
-    if ck is None or "torch_npu" not in sys.modules or _int_mm_on_npu():
+    if ck is None or "torch_npu" not in sys.modules or fp8_effective.npu_int_mm():
         return []
     registry = KitchenRegistry(ck.registry)
     return [function for function in EAGER_INT_MM
