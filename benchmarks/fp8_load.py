@@ -114,7 +114,8 @@ def main():
     parser.add_argument("--width", type=int, default=1024)
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
-    folder = tempfile.mkdtemp()
+    files = tempfile.TemporaryDirectory()  # removed when main returns
+    folder = files.name
     path = os.path.join(folder, "fp8_model.safetensors")
     comfy = harness.comfyui_dir(COMFYUI)
     written = subprocess.run([sys.executable, "-c", WRITER, path, str(args.layers), str(args.width)], check=True,

@@ -65,15 +65,15 @@ def load_then_overwrite():
     """Load a safetensors file, overwrite it in place, report whether the tensor followed."""
     import safetensors.torch
 
-    folder = tempfile.mkdtemp()
-    path = os.path.join(folder, "model.safetensors")
-    safetensors.torch.save_file({"w": torch.arange(4096, dtype=torch.float32)}, path)
-    loaded = cu.load_torch_file(path)["w"]
-    safetensors.torch.save_file({"w": torch.zeros(4096, dtype=torch.float32)}, path + ".new")
-    with open(path + ".new", "rb") as new, open(path, "r+b") as old:
-        old.write(new.read())  # same size: rewritten in place, like a cold page cache would see
-    return "independent of the file" if torch.equal(loaded, torch.arange(4096, dtype=torch.float32)) \
-        else "follows the file"
+    with tempfile.TemporaryDirectory() as folder:
+        path = os.path.join(folder, "model.safetensors")
+        safetensors.torch.save_file({"w": torch.arange(4096, dtype=torch.float32)}, path)
+        loaded = cu.load_torch_file(path)["w"]
+        safetensors.torch.save_file({"w": torch.zeros(4096, dtype=torch.float32)}, path + ".new")
+        with open(path + ".new", "rb") as new, open(path, "r+b") as old:
+            old.write(new.read())  # same size: rewritten in place, like a cold page cache would see
+        return "independent of the file" if torch.equal(loaded, torch.arange(4096, dtype=torch.float32)) \
+            else "follows the file"
 
 
 def npu_sync_count():

@@ -52,7 +52,8 @@ IN = 64  # the Linear cases' input width
 FP8_MAX = {torch.float8_e4m3fn: 448.0, torch.float8_e5m2: 57344.0}
 DEVICE = mm.get_torch_device()
 ACTIVATIONS = torch.bfloat16 if DEVICE.type == "npu" else torch.float32  # the Linear cases' compute dtype
-FOLDER = tempfile.mkdtemp()
+_FILES = tempfile.TemporaryDirectory()  # removed at exit: each run writes ~800 MB
+FOLDER = _FILES.name
 
 
 def loaders():

@@ -29,7 +29,8 @@ def anonymous_bytes():
                 return int(line.split()[1]) * 1024
 
 
-folder = tempfile.mkdtemp()
+_files = tempfile.TemporaryDirectory()  # removed at exit
+folder = _files.name
 path = os.path.join(folder, "model.safetensors")
 safetensors.torch.save_file({"a": torch.ones(1024 * 1024), "b": torch.full((1024 * 1024,), 2.0)}, path)
 
