@@ -3,7 +3,7 @@
 # This module is all that runs at interpreter start (ascend_shim.pth, or
 # ascend_shim.start on 3.15+, or the checkout's sitecustomize.py), in every
 # python of the venv: it defines the import finder and init(), and the rest
-# loads on the first import of a watched module (ascend_shim._hook, which
+# loads on the first import of a watched module (ascend_shim.startup.hook, which
 # also says why the finder is our own). Comments rather than docstrings
 # below: they cost nothing to load.
 
@@ -92,7 +92,7 @@ def _make_loaders():
             return create(spec) if create is not None else None
 
         def exec_module(self, module):
-            from ascend_shim import _hook
+            from ascend_shim.startup import hook as _hook
 
             _hook.run(self._loader, self._spec, module)
 
@@ -106,7 +106,7 @@ def _make_loaders():
             return getattr(self._loader, name)
 
         def load_module(self, fullname):
-            from ascend_shim import _hook
+            from ascend_shim.startup import hook as _hook
 
             return _hook.run_legacy(self._loader, self._spec, fullname)
 
@@ -125,24 +125,24 @@ def init() -> None:
         if finder_installed() or _withdrawn:
             return  # on the path already, or left it for good
         if any(name.startswith("ASCEND_SHIM") for name in environ):
-            from ascend_shim import _config  # parsed only when something is set
+            from ascend_shim.startup import config as _config  # parsed only when something is set
 
             if not _config.get().enabled:
                 return
         sys.meta_path.insert(0, ImportHookFinder())
         if environ.get("ASCEND_SHIM_DEBUG"):
-            from ascend_shim import _hook
+            from ascend_shim.startup import hook as _hook
 
             _hook.debug("import hook installed")
         if any(name in sys.modules for name in HOOKED_MODULES | HOOKED_PACKAGES):
             # activated after ComfyUI or comfy-kitchen was imported: patch
             # what is there now, marked "late"
-            from ascend_shim import _hook
+            from ascend_shim.startup import hook as _hook
 
             _hook.deliver_present()
     except Exception as exc:  # a shim must never stop python from starting
         try:
-            from ascend_shim import _hook
+            from ascend_shim.startup import hook as _hook
 
             _hook.warn("not activated: %r" % (exc,))
         except Exception:
@@ -183,6 +183,6 @@ def finder_installed() -> bool:
 
 def status() -> dict:
     # Per-patch state, the INT8 backend decision and the fallback report.
-    from ascend_shim import engine
+    from ascend_shim.engine import runner as engine
 
     return engine.status()

@@ -101,7 +101,7 @@ def worker():
         try:
             answer = {"us": timed(lambda: ck.w4a8_int8_linear(x, **layer["npu"]), repeat, budget)}
             try:
-                from ascend_shim.kitchen import w4a8_codes
+                from ascend_shim.npu_math import w4a8_codes
             except ImportError:
                 return answer
             w = layer["npu"]

@@ -86,7 +86,7 @@ def test_idle_startup_loads_only_the_bootstrap(venv_for, minor, tmp_path):
     assert enabled == disabled
     assert "ascend_shim" in enabled and not any(m.startswith("ascend_shim.") for m in enabled)
     configured = loaded_after(python, tmp_path, ASCEND_SHIM_INT8="shim")
-    assert configured - enabled == {"ascend_shim._config"}  # parsed only when set
+    assert configured - enabled == {"ascend_shim.startup.config"}  # parsed only when set
     for heavy in harness.HEAVY:
         assert heavy not in enabled, heavy
 
@@ -287,7 +287,7 @@ def test_remove_restores_the_originals(venv_for, dummy):
     code = """
         import json, comfy.model_management as mm
         original_pinned = 1024
-        from ascend_shim import engine
+        from ascend_shim.engine import runner as engine
         before = mm.is_nvidia()
         engine.remove_all()
         rows = {r["name"]: r["state"] for r in engine.patch_status()}

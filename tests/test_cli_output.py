@@ -18,7 +18,10 @@ import subprocess
 import pytest
 
 import harness
-from ascend_shim import _json_report, bench, cli, selftest
+from ascend_shim.commands import json_report as _json_report
+from ascend_shim.commands import bench
+from ascend_shim.commands import cli
+from ascend_shim.commands import selftest
 
 ZERO_ROW = "all-zero activation row, bf16 bias"
 

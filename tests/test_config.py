@@ -2,7 +2,7 @@
 
 import pytest
 
-from ascend_shim._config import Config
+from ascend_shim.startup.config import Config
 
 
 def test_defaults():
@@ -37,7 +37,7 @@ def test_disable_list():
 
 
 def test_unknown_disable_names_are_one_short_line_even_when_long(capsys):
-    from ascend_shim import _config
+    from ascend_shim.startup import config as _config
 
     _config.warn_unknown_disable_names(["x" * 300, "other"])
     (line,) = capsys.readouterr().err.splitlines()

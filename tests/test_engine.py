@@ -17,8 +17,10 @@ from concurrent.futures import ProcessPoolExecutor
 import pytest
 
 import ascend_shim
-from ascend_shim import _config, _records, engine
-from ascend_shim.patching import APPLIED, DISABLED, FAILED, PENDING, REMOVED, SKIPPED, Changes, Patch, argument, bind
+from ascend_shim.startup import config as _config
+from ascend_shim.engine import records as _records
+from ascend_shim.engine import runner as engine
+from ascend_shim.engine.patching import APPLIED, DISABLED, FAILED, PENDING, REMOVED, SKIPPED, Changes, Patch, argument, bind
 
 
 @pytest.fixture
@@ -191,7 +193,7 @@ def test_without_wrapt_nothing_is_patched_and_the_fix_is_named(engine_with, targ
 
 
 def test_every_patch_target_goes_through_the_hook():
-    from ascend_shim import _hook
+    from ascend_shim.startup import hook as _hook
     from ascend_shim.patches import PATCHES
 
     for patch in PATCHES:

@@ -36,7 +36,7 @@ import json, logging, warnings
 import torch, torch_npu
 x = torch.ones(4, 8, dtype=torch.int8, device="npu")
 {run}
-from ascend_shim import status_cmd
+from ascend_shim.commands import status as status_cmd
 text = status_cmd.render(status_cmd.collect([]), False)
 print(json.dumps({{"status": " ".join(text.split()), "rows": {{r["name"]: r["state"] for r in
                   __import__("ascend_shim").status()["patches"]}}}}))
@@ -98,7 +98,7 @@ SELFTEST = """
 import sys
 from testbed import npu_device
 npu_device.set_cpu_fallback_ops({"aten::mm"})  # a device with no kernel for aten::mm
-from ascend_shim import cli
+from ascend_shim.commands import cli
 sys.exit(cli.main(["selftest", "--json"]))
 """
 
@@ -118,7 +118,7 @@ def test_selftest_fails_on_a_fallback_torch_npu_reports_on_stderr(bed_python, tm
 def test_status_without_an_npu_says_none(run_bed):
     code = """
     import json
-    from ascend_shim import status_cmd
+    from ascend_shim.commands import status as status_cmd
     text = status_cmd.render(status_cmd.collect([]), False)
     print(json.dumps([line for line in text.splitlines() if "CPU fallbacks" in line]))
     """
@@ -126,7 +126,7 @@ def test_status_without_an_npu_says_none(run_bed):
 
 
 def test_which_settings_silence_torch_npu():
-    from ascend_shim.fallback_report import native_line_off
+    from ascend_shim.engine.fallback_report import native_line_off
 
     assert native_line_off({}) is None
     assert native_line_off({"TORCH_NPU_WARNING_DISABLE": "1"}) == "TORCH_NPU_WARNING_DISABLE=1"
@@ -144,7 +144,7 @@ def test_which_settings_silence_torch_npu():
 
 NATIVE = """
 import json, os, sys
-from ascend_shim.fallback_report import native_fallbacks
+from ascend_shim.engine.fallback_report import native_fallbacks
 line = sys.argv[1] + "\\n"
 with native_fallbacks() as ops:
     sys.stderr.write("before\\n")
@@ -166,7 +166,7 @@ def test_native_fallbacks_reads_fd_2_and_passes_it_on(tmp_path):
 
 
 def test_native_fallbacks_without_stderr(tmp_path):
-    code = ("import sys\nfrom ascend_shim.fallback_report import native_fallbacks\n"
+    code = ("import sys\nfrom ascend_shim.engine.fallback_report import native_fallbacks\n"
             "with native_fallbacks() as ops:\n    pass\nprint(ops)\n")
     proc = harness.run(["sh", "-c", '"$0" -c "$1" 2>&-', sys.executable, code],
                        harness.scrubbed_env(PYTHONPATH=harness.REPO), tmp_path)
@@ -174,7 +174,7 @@ def test_native_fallbacks_without_stderr(tmp_path):
 
 
 def test_report_parses_the_warning_text():
-    from ascend_shim import fallback_report
+    from ascend_shim.engine import fallback_report
 
     fallback_report.reset()
     text = ("CAUTION: The operator 'aten::_int_mm' is not currently supported on the NPU backend and "

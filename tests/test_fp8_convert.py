@@ -1,4 +1,4 @@
-"""ascend_shim.fp8_convert: a ComfyUI state dict left without float8, or untouched on bad input."""
+"""ascend_shim.npu_math.fp8_convert: a ComfyUI state dict left without float8, or untouched on bad input."""
 
 import json
 
@@ -6,8 +6,8 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from ascend_shim import fp8_convert  # noqa: E402
-from ascend_shim.fp8_math import Fp8DecodeError  # noqa: E402
+from ascend_shim.npu_math import fp8_convert  # noqa: E402
+from ascend_shim.npu_math.fp8 import Fp8DecodeError  # noqa: E402
 
 
 def conf_tensor(conf):
@@ -146,7 +146,7 @@ def test_bad_input_names_the_layer_and_leaves_the_dict_untouched(spoil):
 
 
 def test_an_unknown_8bit_float_is_refused_with_its_key(monkeypatch):
-    from ascend_shim import fp8_math
+    from ascend_shim.npu_math import fp8 as fp8_math
 
     monkeypatch.setattr(fp8_math, "FLOAT8_NAMES", ("float8_e4m3fn",))
     sd = {"blocks.0.weight": torch.ones(2, 2).to(torch.float8_e4m3fn),

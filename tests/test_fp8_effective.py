@@ -1,4 +1,4 @@
-"""ascend_shim.fp8_effective from the settings alone, as doctor and status show it.
+"""ascend_shim.patches.fp8_effective from the settings alone, as doctor and status show it.
 
 The live decision (which NPU INT8 path serves the layers) runs on the bed
 with real ComfyUI in tests/patches/test_fp8_real.py.
@@ -9,7 +9,9 @@ import json
 import pytest
 
 import harness
-from ascend_shim import _config, fp8_effective, status_cmd
+from ascend_shim.startup import config as _config
+from ascend_shim.patches import fp8_effective
+from ascend_shim.commands import status as status_cmd
 
 NAMED = "no NPU INT8 path is registered, so fp8 weights are decoded to bf16"
 

@@ -1,4 +1,4 @@
-"""ascend_shim.fp8_math: host-side fp8 decoding, against float32 references.
+"""ascend_shim.npu_math.fp8: host-side fp8 decoding, against float32 references.
 
 The quality figures the README quotes come from ``test_quality_figures``
 (run with ``-s`` to print them): cosine similarity of the decoded weight and
@@ -12,8 +12,8 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from ascend_shim import fp8_math  # noqa: E402
-from ascend_shim.fp8_math import Fp8DecodeError  # noqa: E402
+from ascend_shim.npu_math import fp8 as fp8_math  # noqa: E402
+from ascend_shim.npu_math.fp8 import Fp8DecodeError  # noqa: E402
 
 FP8 = (torch.float8_e4m3fn, torch.float8_e5m2)
 FP8_MAX = {torch.float8_e4m3fn: 448.0, torch.float8_e5m2: 57344.0}

@@ -1,8 +1,8 @@
-"""ascend_shim.fp8_policy: which form fp8 weights take, per ASCEND_SHIM_FP8 and SoC."""
+"""ascend_shim.patches.fp8_policy: which form fp8 weights take, per ASCEND_SHIM_FP8 and SoC."""
 
 import pytest
 
-from ascend_shim import fp8_policy
+from ascend_shim.patches import fp8_policy
 
 
 @pytest.mark.parametrize("setting, soc, form", [
@@ -20,7 +20,7 @@ def test_decoded_form(setting, soc, form):
 
 
 def test_the_setting_comes_from_the_environment(monkeypatch):
-    from ascend_shim import _config
+    from ascend_shim.startup import config as _config
 
     monkeypatch.setattr(fp8_policy, "soc_name", lambda: "Ascend910B4")
     for value, expected in (("int8", ("int8", None)), ("off", (None, "ASCEND_SHIM_FP8=off")), ("", ("bf16", None))):

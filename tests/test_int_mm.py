@@ -1,4 +1,4 @@
-"""The shim's NPU ``aten::_int_mm`` kernel (ascend_shim/int_mm.py) on the test bed.
+"""The shim's NPU ``aten::_int_mm`` kernel (ascend_shim/aten/int_mm.py) on the test bed.
 
 Registering a dispatcher kernel changes torch globally, so the checks in
 ``_Checks`` run in one child interpreter booted as the simulated Ascend
@@ -24,8 +24,8 @@ INNER = os.environ.get("TESTBED_INNER") == "int_mm"
 if INNER:
     import torch_npu  # noqa: F401  (the simulated device)
 
-    from ascend_shim import int_mm
-    from ascend_shim.kitchen import int8_math
+    from ascend_shim.aten import int_mm
+    from ascend_shim.npu_math import int8 as int8_math
     from testbed import npu_device as nd
 
 
@@ -249,7 +249,7 @@ else:
         import comfy_kitchen as ck  # starts the engine
         import torch_npu
         from testbed import npu_device as nd
-        from ascend_shim import engine
+        from ascend_shim.engine import runner as engine
         status = engine.status()
         state = {p["name"]: p for p in status["patches"]}["int_mm"]
         if not torch.npu.is_available():
@@ -268,7 +268,7 @@ else:
                "fallbacks": dict(nd.cpu_fallbacks()),
                "kernel": torch._C._dispatch_has_kernel_for_dispatch_key("aten::_int_mm", "PrivateUse1")}
         import sys
-        report = sys.modules.get("ascend_shim.int_mm")
+        report = sys.modules.get("ascend_shim.aten.int_mm")
         out["report"] = report.report() if report else None
         if state["state"] == "applied":
             engine.remove("int_mm")

@@ -74,7 +74,8 @@ if sys.argv[4:] == ["stand-ins"]:
 
     stand_in_for(("torchvision", "torchaudio"))
 import ascend_shim
-from ascend_shim import _records, engine
+from ascend_shim.engine import records as _records
+from ascend_shim.engine import runner as engine
 
 for module in imports:
     importlib.import_module(module)

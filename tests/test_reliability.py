@@ -262,7 +262,7 @@ def test_a_legacy_loader_still_imports_and_is_patched(venv_for, slow_dummy, mino
 def test_a_failing_delivery_never_breaks_the_import(venv_for, slow_dummy):
     root, _ = slow_dummy
     code = """
-        from ascend_shim import engine
+        from ascend_shim.engine import runner as engine
         def broken(module, late=False):
             raise RuntimeError("engine bug")
         engine.on_import = broken

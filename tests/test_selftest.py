@@ -14,7 +14,7 @@ import pytest
 import torch
 
 import harness
-from ascend_shim import selftest
+from ascend_shim.commands import selftest
 
 KITCHEN = "0.2.40"
 
@@ -57,7 +57,7 @@ DEVICE_CORRUPTIONS = {
 }
 
 RUN_SELFTEST = """
-from ascend_shim import cli
+from ascend_shim.commands import cli
 sys.exit(cli.main(["selftest", "--json"]))
 """
 # the device's float GEMM (the fallback's F.linear) leaves out the last 16 columns of K
@@ -90,7 +90,7 @@ npu_device.set_matmul_allow_hf32 = lambda enabled: real_set(True)
 # the _int_mm kernel leaves the user's HF32 on for its GEMMs
 INT_MM_WITHOUT_HF32_GUARD = """
 import sys, contextlib
-from ascend_shim.kitchen import int8_math
+from ascend_shim.npu_math import int8 as int8_math
 int8_math.hf32_off = contextlib.nullcontext
 """ + RUN_SELFTEST
 # the device's right shift of int32 loses the top bit of the high nibble (W4A8 unpack)

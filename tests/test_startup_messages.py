@@ -19,7 +19,7 @@ import zipfile
 import pytest
 
 import harness
-from ascend_shim import patching
+from ascend_shim.engine import patching
 from ascend_shim.patches import _wraps
 
 SYNCHRONIZE_IS_NONE = '''

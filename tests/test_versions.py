@@ -2,7 +2,7 @@
 
 import types
 
-from ascend_shim import versions
+from ascend_shim.engine import versions
 
 
 def module(name, file=None, path=None):

@@ -69,7 +69,7 @@ def test_patches_and_removal_work_on_wrapt_1(old_wrapt_venv, tmp_path):
     (tmp_path / "torch_npu" / "__init__.py").write_text("")
     code = """
         import json, wrapt, comfy.model_management as mm
-        from ascend_shim import engine
+        from ascend_shim.engine import runner as engine
         rows = {r["name"]: r for r in engine.status()["patches"]}
         patched = {"is_nvidia": mm.is_nvidia(), "pinned": mm.MAX_PINNED_MEMORY,
                    "state": rows["is_nvidia"]["state"], "in_place": rows["is_nvidia"]["in_place"]}

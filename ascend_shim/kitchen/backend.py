@@ -19,7 +19,8 @@ import threading
 
 import torch
 
-from ascend_shim.kitchen import capability, contract, int8_math
+from ascend_shim.kitchen import capability, contract
+from ascend_shim.npu_math import int8 as int8_math
 from ascend_shim.kitchen.contract import int8_linear_call
 
 log = logging.getLogger("ascend_shim")

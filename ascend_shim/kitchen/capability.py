@@ -126,7 +126,7 @@ def probe(ops, device, out_dtype, with_bias):
     x goes in as ``out_dtype``; the bias, as the INT8 path passes it, too.
     Every element must be within the output dtype's rounding of the answer.
     """
-    from ascend_shim.kitchen import int8_math
+    from ascend_shim.npu_math import int8 as int8_math
 
     x, weight, scale, bias = probe_operands()
     bias = bias if with_bias else None

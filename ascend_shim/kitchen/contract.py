@@ -16,7 +16,7 @@ from typing import Any, Optional
 
 import torch
 
-from ascend_shim.kitchen import int8_math
+from ascend_shim.npu_math import int8 as int8_math
 
 # keyword -> value under which the option changes nothing (eager's defaults)
 NEUTRAL = {

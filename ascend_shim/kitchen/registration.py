@@ -22,7 +22,7 @@ import sys
 import threading
 from typing import Callable
 
-from ascend_shim import _config
+from ascend_shim.startup import config as _config
 from ascend_shim.kitchen.backend import (
     COUNTERS, FALLBACK, SHIM, BackendModule, Int8Backend, KitchenFeatures, npu_constraints,
 )

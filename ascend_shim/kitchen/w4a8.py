@@ -19,7 +19,8 @@ import weakref
 
 import torch
 
-from ascend_shim.kitchen import int8_math, w4a8_codes
+from ascend_shim.npu_math import int8 as int8_math
+from ascend_shim.npu_math import w4a8_codes
 
 log = logging.getLogger("ascend_shim")
 

@@ -1,6 +1,6 @@
 """The patch units, in the order they apply when their modules load.
 
-Each module defines one ``PATCH``; see ``ascend_shim.engine.Patch``.
+Each module defines one ``PATCH``; see ``ascend_shim.engine.patching.Patch``.
 """
 
 from ascend_shim.patches import (

@@ -65,7 +65,7 @@ def probed_device_type(args, kwargs, mm=None):
     The ``device`` argument, else ComfyUI's current torch device (of ``mm``,
     the module the wrapper was applied to).
     """
-    from ascend_shim.patching import argument
+    from ascend_shim.engine.patching import argument
 
     device = argument(args, kwargs, 0, "device")
     if device is None:

@@ -1,13 +1,13 @@
 """Wrap a function of the module a patch was applied to, once per module object.
 
 The wrapper is called as ``wrapper(module, wrapped, instance, args, kwargs)``
-(``ascend_shim.patching.bind``): it reads ComfyUI's state from the module it
+(``ascend_shim.engine.patching.bind``): it reads ComfyUI's state from the module it
 was applied to, never from ``sys.modules``, which may hold another object by
 the time it runs. Applying the same patch twice to one module object wraps
 once; a fresh module object (re-import, reload) gets its own wrapper.
 """
 
-from ascend_shim.patching import bind
+from ascend_shim.engine.patching import bind
 
 _TAG = "_self_ascend_shim"  # wrapt keeps ``_self_*`` attributes on the proxy itself
 

@@ -10,8 +10,8 @@ value back where it finds none.
 
 import os
 
-from ascend_shim import versions
-from ascend_shim.patching import Patch
+from ascend_shim.engine import versions
+from ascend_shim.engine.patching import Patch
 
 VARIABLE = "PYTORCH_NPU_ALLOC_CONF"
 VALUE = "expandable_segments:True"

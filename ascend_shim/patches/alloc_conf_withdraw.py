@@ -8,9 +8,9 @@ is never touched: ``alloc_conf`` did not apply then, and neither does this).
 
 import os
 
-from ascend_shim._npu import npu_reason
-from ascend_shim import versions
-from ascend_shim.patching import Patch
+from ascend_shim.engine.npu import npu_reason
+from ascend_shim.engine import versions
+from ascend_shim.engine.patching import Patch
 from ascend_shim.patches.alloc_conf import ENVIRONMENT, VALUE, VARIABLE
 
 NPU_PRESENT = "an NPU is available; %s stays set" % VARIABLE

@@ -3,8 +3,10 @@
 import logging
 import sys
 
-from ascend_shim import _output, _records, versions
-from ascend_shim.patching import Patch
+from ascend_shim.startup import output as _output
+from ascend_shim.engine import records as _records
+from ascend_shim.engine import versions
+from ascend_shim.engine.patching import Patch
 from ascend_shim.patches._guards import why_npu_not_chosen
 
 log = logging.getLogger("ascend_shim")
@@ -32,7 +34,7 @@ def _warn_cpu_bound_int8():
     """Settings that leave comfy-kitchen INT8 calls on the CPU: said once, at startup."""
     if "comfy_kitchen" not in sys.modules:
         return
-    from ascend_shim.kitchen import int8_gaps
+    from ascend_shim.patches import int8_gaps
 
     functions = int8_gaps.cpu_bound()
     if functions:

@@ -8,8 +8,8 @@ DirectML, MPS and ``--cpu``; the wrapper answers only the question the
 original would have sent to CUDA.
 """
 
-from ascend_shim import versions
-from ascend_shim.patching import Patch, argument
+from ascend_shim.engine import versions
+from ascend_shim.engine.patching import Patch, argument
 from ascend_shim.patches._guards import device_type, handles_npu, npu_chosen, why_npu_not_chosen
 from ascend_shim.patches._wraps import wrap_function
 

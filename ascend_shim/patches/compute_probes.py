@@ -8,8 +8,8 @@ CUDA-build torch they reach ``torch.cuda.get_device_properties`` and raise
 answers True for it before any CUDA query.
 """
 
-from ascend_shim import versions
-from ascend_shim.patching import Patch
+from ascend_shim.engine import versions
+from ascend_shim.engine.patching import Patch
 from ascend_shim.patches._guards import npu_and_attribute, probed_device_type
 from ascend_shim.patches._wraps import wrap_function
 

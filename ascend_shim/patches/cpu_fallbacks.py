@@ -7,19 +7,19 @@ nothing; ``status`` says so.
 
 import warnings
 
-from ascend_shim import versions
-from ascend_shim.patching import Patch
+from ascend_shim.engine import versions
+from ascend_shim.engine.patching import Patch
 from ascend_shim.patches._wraps import wrap_function
 
 
 def guard(torch_npu):
-    from ascend_shim._npu import npu_reason
+    from ascend_shim.engine.npu import npu_reason
 
     return npu_reason()
 
 
 def _record_fallback(torch_npu, wrapped, instance, args, kwargs):
-    from ascend_shim.fallback_report import showwarning_wrapper
+    from ascend_shim.engine.fallback_report import showwarning_wrapper
 
     return showwarning_wrapper(wrapped, instance, args, kwargs)
 

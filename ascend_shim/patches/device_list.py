@@ -8,8 +8,8 @@ path off. ``exclude_current`` keeps its meaning; any other argument goes to
 the original, which answers it (or refuses it) as upstream does.
 """
 
-from ascend_shim import versions
-from ascend_shim.patching import Patch, argument
+from ascend_shim.engine import versions
+from ascend_shim.engine.patching import Patch, argument
 from ascend_shim.patches._guards import handles_npu, npu_and_attribute, npu_chosen, npu_devices
 from ascend_shim.patches._wraps import wrap_function
 

@@ -17,8 +17,9 @@ The weights are then held in 16 bits; ``ASCEND_SHIM_FP8`` decides only how
 fp8 *files* are decoded. Calls about any other device are left alone.
 """
 
-from ascend_shim import fp8_policy, versions
-from ascend_shim.patching import Patch, argument
+from ascend_shim.patches import fp8_policy
+from ascend_shim.engine import versions
+from ascend_shim.engine.patching import Patch, argument
 from ascend_shim.patches._guards import device_type
 from ascend_shim.patches._wraps import wrap_function
 

@@ -6,15 +6,16 @@ model. Each class it defines with its own ``_load_from_state_dict`` reads
 turns a float8 one into a float8 ``QuantizedTensor``. Every such class of the
 returned ops, found from the class itself rather than from a list of names,
 gets a loader that first decodes the layer's own entries on the host
-(``ascend_shim.fp8_convert``), so a state dict that never went through
+(``ascend_shim.npu_math.fp8_convert``), so a state dict that never went through
 ``convert_old_quants`` is covered too. Lookup tables (``torch.nn.Embedding``)
 are always decoded to bf16: not every ComfyUI loads an int8 one.
 """
 
 import importlib
 
-from ascend_shim import fp8_policy, versions
-from ascend_shim.patching import Patch
+from ascend_shim.patches import fp8_policy
+from ascend_shim.engine import versions
+from ascend_shim.engine.patching import Patch
 from ascend_shim.patches import fp8_state_dict
 from ascend_shim.patches._wraps import wrap_function
 
@@ -40,7 +41,7 @@ def decoding_loader(original):
         if form == "int8" and _is_lookup_table(self):
             form = "bf16"
         if form is not None:
-            from ascend_shim import fp8_convert
+            from ascend_shim.npu_math import fp8_convert
 
             fp8_convert.convert(state_dict, prefix, form)
         return original(self, state_dict, prefix, *args, **kwargs)

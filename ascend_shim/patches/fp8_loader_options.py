@@ -8,8 +8,9 @@ the option is dropped for that call, so ComfyUI picks the weight dtype itself
 
 import importlib
 
-from ascend_shim import fp8_policy, versions
-from ascend_shim.patching import Patch, argument
+from ascend_shim.patches import fp8_policy
+from ascend_shim.engine import versions
+from ascend_shim.engine.patching import Patch, argument
 from ascend_shim.patches._guards import device_type
 from ascend_shim.patches._wraps import wrap_function
 from ascend_shim.patches.fp8_dtypes import is_8bit_float

@@ -3,30 +3,31 @@
 Every ComfyUI loader (checkpoint, diffusion model, text encoder) passes its
 state dict through ``comfy.utils.convert_old_quants``, which turns legacy
 ``scaled_fp8`` files into ``comfy_quant`` layers. Right after it, the float8
-entries under the converted prefix are decoded (``ascend_shim.fp8_convert``):
+entries under the converted prefix are decoded (``ascend_shim.npu_math.fp8_convert``):
 to bf16, or with ``ASCEND_SHIM_FP8=int8`` to ComfyUI's own ``int8_tensorwise``
 layers where this ComfyUI has that format and an NPU INT8 path serves them
-(else bf16, said once: ``ascend_shim.fp8_effective``). W4A8 group scales
+(else bf16, said once: ``ascend_shim.patches.fp8_effective``). W4A8 group scales
 become float32.
 Torch is imported on the first call, not with the patch.
 """
 
 import importlib
 
-from ascend_shim import fp8_policy, versions
-from ascend_shim.patching import Patch, argument
+from ascend_shim.patches import fp8_policy
+from ascend_shim.engine import versions
+from ascend_shim.engine.patching import Patch, argument
 from ascend_shim.patches._wraps import wrap_function
 
 
 def decoded_form() -> "str | None":
     """The form fp8 weights take now (``fp8_effective``: int8 only with an NPU INT8 path)."""
-    from ascend_shim import fp8_effective
+    from ascend_shim.patches import fp8_effective
 
     return fp8_effective.current()[0]
 
 
 def _form_note() -> str:
-    from ascend_shim import fp8_effective
+    from ascend_shim.patches import fp8_effective
 
     form, why = fp8_effective.current()
     return "fp8 -> %s%s" % (form, " (%s)" % why if why else "")
@@ -37,7 +38,7 @@ def _decoding_convert(utils, wrapped, instance, args, kwargs):
     form = decoded_form()
     if form is None or not (isinstance(result, tuple) and len(result) == 2 and isinstance(result[0], dict)):
         return result
-    from ascend_shim import fp8_convert
+    from ascend_shim.npu_math import fp8_convert
 
     prefix = argument(args, kwargs, 1, "model_prefix", "") or ""
     fp8_convert.convert(result[0], prefix, form)

@@ -6,8 +6,8 @@ tuning. Each constant is reset only where it exists, and never against an
 explicit user flag (``--pin-shared-memory``, ``--async-offload``).
 """
 
-from ascend_shim import versions
-from ascend_shim.patching import Patch
+from ascend_shim.engine import versions
+from ascend_shim.engine.patching import Patch
 from ascend_shim.patches._guards import npu_and_attribute
 
 # what is_nvidia() sets (0.0 now; 0.2 in v0.3.11, 0.1 by v0.3.14); every other device 0.4

@@ -8,8 +8,8 @@ dequantizes the weights on the device. Decided per call, so it follows the
 registry if the backend is removed later.
 """
 
-from ascend_shim import versions
-from ascend_shim.patching import Patch, argument
+from ascend_shim.engine import versions
+from ascend_shim.engine.patching import Patch, argument
 from ascend_shim.patches._guards import device_type, npu_and_attribute
 from ascend_shim.patches._wraps import wrap_function
 

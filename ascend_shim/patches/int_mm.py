@@ -10,29 +10,29 @@ orders comfy-kitchen's backends (``off`` registers none, so eager runs and
 reaches this kernel). Only ``ASCEND_SHIM_DISABLE=int_mm`` removes it.
 """
 
-from ascend_shim import versions
-from ascend_shim.patching import Patch
+from ascend_shim.engine import versions
+from ascend_shim.engine.patching import Patch
 
 
 def guard(torch_npu):
-    from ascend_shim._npu import npu_reason
+    from ascend_shim.engine.npu import npu_reason
 
     reason = npu_reason()
     if reason:
         return reason
-    from ascend_shim import int_mm
+    from ascend_shim.aten import int_mm
 
     return int_mm.served_elsewhere()
 
 
 def apply(changes, torch_npu):
-    from ascend_shim import int_mm
+    from ascend_shim.aten import int_mm
 
     changes.note(int_mm.register())
 
 
 def remove(torch_npu):
-    from ascend_shim import int_mm
+    from ascend_shim.aten import int_mm
 
     int_mm.deregister()
 

@@ -6,8 +6,8 @@ tested first (under ``transfer_to_npu`` CUDA even looks available); wherever
 ComfyUI's own flags chose another device, the original answer stands.
 """
 
-from ascend_shim import versions
-from ascend_shim.patching import Patch
+from ascend_shim.engine import versions
+from ascend_shim.engine.patching import Patch
 from ascend_shim.patches._guards import npu_chosen, why_npu_not_chosen
 from ascend_shim.patches._wraps import wrap_function
 

@@ -5,8 +5,9 @@ comfy-kitchen's registry when comfy_kitchen loads (with or without ComfyUI)
 and orders them per ``ASCEND_SHIM_INT8``. Eager is never edited.
 """
 
-from ascend_shim import _config, versions
-from ascend_shim.patching import Patch
+from ascend_shim.startup import config as _config
+from ascend_shim.engine import versions
+from ascend_shim.engine.patching import Patch
 
 
 def guard(ck):
@@ -14,7 +15,7 @@ def guard(ck):
         return "ASCEND_SHIM_INT8=off"
     if not hasattr(ck, "int8_linear") or not hasattr(ck, "registry"):
         return "this comfy-kitchen has no int8_linear (needs 0.2.11+)"
-    from ascend_shim._npu import npu_reason
+    from ascend_shim.engine.npu import npu_reason
 
     return npu_reason()
 

@@ -1,7 +1,7 @@
 """Keep the shim's backend order after ``comfy.quant_ops`` reconfigures comfy-kitchen."""
 
-from ascend_shim import versions
-from ascend_shim.patching import Patch
+from ascend_shim.engine import versions
+from ascend_shim.engine.patching import Patch
 
 
 def apply(changes, quant_ops):

@@ -5,8 +5,8 @@ driver ``torch.cuda.memory_summary()`` raises and hides the real OOM. Where
 ComfyUI's flags chose another device, the original answers.
 """
 
-from ascend_shim import versions
-from ascend_shim.patching import Patch
+from ascend_shim.engine import versions
+from ascend_shim.engine.patching import Patch
 from ascend_shim.patches._guards import npu_and_attribute, npu_chosen
 from ascend_shim.patches._wraps import wrap_function
 

@@ -13,8 +13,9 @@ ComfyUI running on another device (``--cpu``...) is left alone.
 
 import importlib
 
-from ascend_shim import _config, versions
-from ascend_shim.patching import Patch, argument
+from ascend_shim.startup import config as _config
+from ascend_shim.engine import versions
+from ascend_shim.engine.patching import Patch, argument
 from ascend_shim.patches._guards import why_npu_not_chosen
 from ascend_shim.patches._wraps import wrap_function
 

@@ -3,8 +3,8 @@
 
 import logging
 
-from ascend_shim import versions
-from ascend_shim.patching import Patch
+from ascend_shim.engine import versions
+from ascend_shim.engine.patching import Patch
 from ascend_shim.patches._wraps import wrap_function
 
 log = logging.getLogger("ascend_shim")
@@ -20,7 +20,7 @@ def _report_after(execution, wrapped, instance, args, kwargs):
     try:
         return wrapped(*args, **kwargs)
     finally:
-        from ascend_shim import fallback_report
+        from ascend_shim.engine import fallback_report
 
         new = fallback_report.unannounced()
         if new:

@@ -4,8 +4,8 @@ Only while ComfyUI computes on the NPU; under ``--cpu`` the original returns
 at once, as upstream.
 """
 
-from ascend_shim import versions
-from ascend_shim.patching import Patch
+from ascend_shim.engine import versions
+from ascend_shim.engine.patching import Patch
 from ascend_shim.patches._guards import npu_and_attribute, npu_chosen
 from ascend_shim.patches._wraps import wrap_function
 

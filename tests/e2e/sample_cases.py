@@ -94,7 +94,7 @@ report["startup"] = "ok"
 report["device"] = str(mm.get_torch_device())
 report["vram_state"] = mm.vram_state.name
 report["torch"] = torch.__version__
-if "ascend_shim.engine" in sys.modules:
+if "ascend_shim.engine.runner" in sys.modules:
     import ascend_shim
 
     report["shim"] = {row["name"]: row["state"] for row in ascend_shim.status()["patches"]}

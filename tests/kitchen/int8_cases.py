@@ -457,7 +457,7 @@ def main():
               "old_signature": stack_cases, "opaque_signature": stack_cases}
     cases = suites[SUITE]()
     report = None
-    if "ascend_shim.engine" in sys.modules:  # the engine started
+    if "ascend_shim.engine.runner" in sys.modules:  # the engine started
         try:
             import ascend_shim
 

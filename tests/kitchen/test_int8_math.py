@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from ascend_shim.kitchen import int8_math
+from ascend_shim.npu_math import int8 as int8_math
 
 
 def test_exact_int8_mm_matches_int64_reference_beyond_fp32_precision():

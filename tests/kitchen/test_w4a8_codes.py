@@ -1,4 +1,4 @@
-"""The W4A8 storage decode (ascend_shim/kitchen/w4a8_codes.py) and the W4A8 call checks, on CPU tensors.
+"""The W4A8 storage decode (ascend_shim/npu_math/w4a8_codes.py) and the W4A8 call checks, on CPU tensors.
 
 The decode is compared bit for bit with kitchen's own eager decode of the
 real 0.2.27 and 0.2.40 wheels, in a child interpreter per release.
@@ -11,7 +11,9 @@ import pytest
 import torch
 
 import harness
-from ascend_shim.kitchen import int8_math, w4a8, w4a8_codes
+from ascend_shim.kitchen import w4a8
+from ascend_shim.npu_math import int8 as int8_math
+from ascend_shim.npu_math import w4a8_codes
 
 KITCHENS = tuple(v for v in ("0.2.27", "0.2.40") if v in harness.KITCHEN_VERSIONS)
 
@@ -19,7 +21,7 @@ AGAINST_EAGER = """
 import json, torch
 import comfy_kitchen as ck
 from comfy_kitchen.backends.eager import w4a8_int8 as eager
-from ascend_shim.kitchen import w4a8_codes
+from ascend_shim.npu_math import w4a8_codes
 torch.manual_seed(0)
 results = []
 for n, k, group, codebook in ((64, 256, 16, True), (32, 512, 16, False), (48, 256, 32, True), (16, 256, 8, True)):

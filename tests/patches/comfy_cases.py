@@ -148,7 +148,7 @@ constants["DISABLE_MMAP"] = getattr(cu, "DISABLE_MMAP", "absent")
 
 status = None
 originals = {}
-if "ascend_shim.engine" in sys.modules:
+if "ascend_shim.engine.runner" in sys.modules:
     import ascend_shim
 
     status = {row["name"]: {"state": row["state"], "reason": row["reason"], "late": row["late"]}

@@ -405,7 +405,7 @@ def run(name):
 
 def fp8_status():
     try:
-        import ascend_shim.engine as engine
+        import ascend_shim.engine.runner as engine
     except ImportError:
         return None
     if not engine.started():

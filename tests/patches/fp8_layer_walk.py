@@ -29,7 +29,7 @@ import comfy.model_management as mm  # noqa: E402
 import comfy.ops  # noqa: E402
 import torch  # noqa: E402
 
-from ascend_shim import engine  # noqa: E402
+from ascend_shim.engine import runner as engine  # noqa: E402
 from testbed import npu_device  # noqa: E402
 
 warnings.simplefilter("ignore")

@@ -45,9 +45,11 @@ import comfy_kitchen as ck  # noqa: E402
 import torch  # noqa: E402
 import torch_npu  # noqa: E402
 
-from ascend_shim import _config, _records, engine  # noqa: E402
-from ascend_shim import fp8_effective  # noqa: E402
-from ascend_shim.kitchen import int8_gaps  # noqa: E402
+from ascend_shim.startup import config as _config  # noqa: E402
+from ascend_shim.engine import records as _records
+from ascend_shim.engine import runner as engine
+from ascend_shim.patches import fp8_effective  # noqa: E402
+from ascend_shim.patches import int8_gaps  # noqa: E402
 from testbed import npu_device  # noqa: E402
 
 warnings.simplefilter("ignore")  # torch_npu's fallback warning: the bed counts fallbacks itself

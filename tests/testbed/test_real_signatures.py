@@ -328,7 +328,7 @@ def test_every_torch_npu_op_the_shim_calls_binds_to_the_real_schema(real):
 
 
 def test_the_shims_assumptions_about_the_op_parameters_hold(real):
-    from ascend_shim import selftest
+    from ascend_shim.commands import selftest
     from ascend_shim.kitchen import capability
 
     for op, names in selftest.POSITIONAL.items():  # how the self-test names recorded arguments
@@ -365,7 +365,7 @@ def test_the_cpu_fallback_warning_matches_what_the_shim_watches_for(real):
     """torch_npu builds the warning from pieces held in its library (2.14.0 also
     holds one whole, for aten::_fused_adam_); assembled, they must match
     ``fallback_report.PATTERN``."""
-    from ascend_shim import fallback_report
+    from ascend_shim.engine import fallback_report
 
     pieces = ("CAUTION: The operator '", "' is not currently supported ",
               "on the NPU backend and will fall back to run on the CPU.")
@@ -413,8 +413,10 @@ CHILD = r"""
 import inspect, json, sys, types
 import torch, torch_npu
 from testbed import npu_device as nd
-from ascend_shim import int_mm, selftest
-from ascend_shim.kitchen import capability, int8_math
+from ascend_shim.aten import int_mm
+from ascend_shim.commands import selftest
+from ascend_shim.kitchen import capability
+from ascend_shim.npu_math import int8 as int8_math
 
 spec = json.load(open(sys.argv[1]))
 EMPTY = spec["empty"]

@@ -35,7 +35,7 @@ def _testbed_boot():
 
 
 def _testbed_chain():
-    # the project's own chaining (ascend_shim/_sitecustomize_chain.py), loaded
+    # the project's own chaining (ascend_shim._sitecustomize_chain.py), loaded
     # by path: the shim need not be importable here. The frozen importlib
     # modules are loaded already, so this imports nothing new.
     import _frozen_importlib

@@ -1,7 +1,7 @@
 """The patch-writing API: what every patch module imports, and nothing else.
 
 A patch module declares one ``PATCH = Patch(...)``; the engine
-(``ascend_shim.engine``) imports the patch modules and runs them. This module
+(``ascend_shim.engine.runner``) imports the patch modules and runs them. This module
 imports no other part of the shim, so no import cycle can pass through it.
 
 wrapt does every wrap. It is imported on the first wrap, not here: the

@@ -14,8 +14,9 @@ import importlib
 import io
 import sys
 
-from ascend_shim import _json_report, versions
-from ascend_shim._text import WIDTH, fill
+from ascend_shim.commands import json_report as _json_report
+from ascend_shim.engine import versions
+from ascend_shim.commands.text import WIDTH, fill
 
 COLUMNS = ("name", "target", "state", "detail")
 NOT_THERE = "not in this version"
@@ -152,7 +153,8 @@ def _alloc_note(machine):
 def collect(imports_asked):
     """Everything ``status`` shows, as one JSON-ready dict."""
     import ascend_shim
-    from ascend_shim import activation, hardware
+    from ascend_shim.commands import activation
+    from ascend_shim.commands import hardware
 
     startup = activation.at_startup()
     # activate for this process's own imports where startup did not (python -S,
@@ -303,7 +305,7 @@ def render(data, verbose):
     out.extend(_int8_lines(data.get("int8") or {}, data.get("w4a8"), data.get("int_mm"),
                            data.get("kitchen_in_use")))
     out.extend(_fp8_line(data.get("fp8")))
-    from ascend_shim.fallback_report import status_lines
+    from ascend_shim.engine.fallback_report import status_lines
 
     npu = (data.get("machine") or {}).get("npu")
     out.extend(fill(line, 6) for line in status_lines(data.get("cpu_fallbacks") or {}, npu))
@@ -348,7 +350,7 @@ def _int8_lines(int8, w4a8=None, int_mm=None, kitchen_in_use=None):
 
 
 def _fp8_line(fp8):
-    """What fp8 weights become in this process (ascend_shim.fp8_effective), once decided."""
+    """What fp8 weights become in this process (ascend_shim.patches.fp8_effective), once decided."""
     if not fp8:
         return []
     form = fp8.get("form") or "kept as float8"

@@ -8,7 +8,7 @@ and they have no fp8 matmul. ``auto`` therefore decodes on every SoC but the
 "FP8 checkpoints").
 """
 
-from ascend_shim import _config
+from ascend_shim.startup import config as _config
 
 FLOAT8_SOCS = ("Ascend950",)
 DEFAULT_FORM = "bf16"

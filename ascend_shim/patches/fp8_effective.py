@@ -23,7 +23,10 @@ import sys
 import threading
 from typing import Optional, Tuple
 
-from ascend_shim import _config, _output, _records, fp8_policy
+from ascend_shim.startup import config as _config
+from ascend_shim.startup import output as _output
+from ascend_shim.engine import records as _records
+from ascend_shim.patches import fp8_policy
 
 INT8_FORMAT = "int8_tensorwise"
 KITCHEN_PATCH, INT_MM_PATCH = "kitchen_int8", "int_mm"
@@ -83,7 +86,7 @@ def _torch_npu_int_mm() -> bool:
     if "torch_npu" not in sys.modules:
         return False
     try:
-        from ascend_shim import int_mm
+        from ascend_shim.aten import int_mm
 
         return int_mm.served_elsewhere() is not None
     except Exception:

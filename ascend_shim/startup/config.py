@@ -34,7 +34,7 @@ def shorten(text, limit=SHOWN_CHARS):
 
 
 def _warn(text):
-    from ascend_shim._output import warn
+    from ascend_shim.startup.output import warn
 
     warn(text)
 

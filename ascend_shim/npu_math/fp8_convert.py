@@ -20,8 +20,8 @@ import json
 
 import torch
 
-from ascend_shim import fp8_math
-from ascend_shim.fp8_math import Fp8DecodeError
+from ascend_shim.npu_math import fp8 as fp8_math
+from ascend_shim.npu_math.fp8 import Fp8DecodeError
 
 FP8_FORMATS = ("float8_e4m3fn", "float8_e5m2")
 W4A8_FORMAT = "asym_w4a8_int8"

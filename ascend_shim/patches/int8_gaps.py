@@ -16,7 +16,7 @@ from __future__ import annotations
 import sys
 from typing import List
 
-from ascend_shim import fp8_effective
+from ascend_shim.patches import fp8_effective
 from ascend_shim.kitchen.backend import FALLBACK, SHIM
 from ascend_shim.kitchen.registration import UPSTREAM
 from ascend_shim.kitchen.registry_access import KitchenRegistry

@@ -21,7 +21,7 @@ import sys
 import time
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
-from ascend_shim import _json_report
+from ascend_shim.commands import json_report as _json_report
 
 NO_NPU = 3
 USAGE = 2
@@ -145,10 +145,10 @@ def run(m_values: List[int], repeat: int, warmup: int, setup: Optional[Tuple[Any
     """Time every layer at every token count; ``setup``/``reason`` as ``main`` found them."""
     import torch
 
-    from ascend_shim.kitchen import int8_math
+    from ascend_shim.npu_math import int8 as int8_math
 
     if setup is None:
-        from ascend_shim._npu import npu_reason
+        from ascend_shim.engine.npu import npu_reason
 
         reason = npu_reason()
         setup = _device(torch, reason)
@@ -212,7 +212,7 @@ def main(options: Any) -> int:
         import torch
     except Exception as exc:  # not installed, or torch_npu's autoload breaks it
         return _no_torch(options, exc)
-    from ascend_shim._npu import npu_reason
+    from ascend_shim.engine.npu import npu_reason
 
     reason = npu_reason()
     setup = _device(torch, reason)
@@ -223,7 +223,7 @@ def main(options: Any) -> int:
     m_values = options.m if options.m is not None else m_values
     refused = too_big(m_values, torch, device, emulated)
     if refused:
-        from ascend_shim import _output
+        from ascend_shim.startup import output as _output
 
         _output.write("bench: %s" % refused)
         return USAGE

@@ -38,9 +38,9 @@ import dataclasses
 import platform
 import warnings
 
-from ascend_shim import _json_report
-from ascend_shim._text import fill
-from ascend_shim.versions import distribution
+from ascend_shim.commands import json_report as _json_report
+from ascend_shim.commands.text import fill
+from ascend_shim.engine.versions import distribution
 
 PASSED = 0
 FAILED = 1
@@ -415,7 +415,7 @@ class Matrix:
         return None
 
     def compute(self, case, kwargs):
-        from ascend_shim.kitchen import int8_math
+        from ascend_shim.npu_math import int8 as int8_math
 
         x, weight = kwargs["x"], kwargs["weight"]
         if case.path == "fallback":
@@ -488,7 +488,7 @@ def kitchen_rotation():
 def fallback_call(kwargs):
     """The on-device fallback described like a device call (it is a float linear)."""
     names = ("x", "weight", "weight_scale", "bias", "out_dtype")
-    return {"call": "ascend_shim.kitchen.int8_math.dequantized_linear",
+    return {"call": "ascend_shim.npu_math.int8.dequantized_linear",
             "arguments": {name: describe(kwargs[name]) for name in names}}
 
 
@@ -569,7 +569,7 @@ def int_mm_checks(torch, device):
     must survive the call.
     """
     try:
-        from ascend_shim import int_mm
+        from ascend_shim.aten import int_mm
     except ImportError:  # a shim without the kernel
         return []
     if not int_mm.registered() and int_mm.served_elsewhere() is None:
@@ -639,7 +639,7 @@ def w4a8_inputs(spec, device, seed):
     """codes [N, K] (CPU), and x, qdata, s_rel, s_channel, codebook, bias on the device."""
     import torch
 
-    from ascend_shim import fp8_math
+    from ascend_shim.npu_math import fp8 as fp8_math
 
     _, x_shape, n, with_codebook, _, dtype, bias_dtype = spec
     generator = torch.Generator().manual_seed(seed)
@@ -751,7 +751,7 @@ FP8_FORMATS = (("float8_e4m3fn", 4, 3, True), ("float8_e5m2", 5, 2, False))
 def fp8_checks(torch, device):
     """Every float8 code decoded by the shim: exact in bf16, scaled within one rounding."""
     try:
-        from ascend_shim import fp8_math
+        from ascend_shim.npu_math import fp8 as fp8_math
     except ImportError:
         return []
     results = []
@@ -773,7 +773,7 @@ def fp8_checks(torch, device):
         if plain is not None:
             failures += fp8_failures(plain, scaled, expected, scale, result)
         result.update(passed=not failures, failures=failures,
-                      calls=[{"call": "ascend_shim.fp8_math.decode",
+                      calls=[{"call": "ascend_shim.npu_math.fp8.decode",
                               "arguments": {"weight": "all 256 %s codes as [16, 16]" % name,
                                             "scale": "None, then float32 [16, 1]"}}])
         results.append(result)
@@ -808,7 +808,7 @@ EXTRA_CHECKS = (int_mm_checks, w4a8_checks, fp8_checks)
 
 
 def _fallbacks(caught):
-    from ascend_shim.fallback_report import PATTERN
+    from ascend_shim.engine.fallback_report import PATTERN
 
     return sorted({m.group(1) for w in caught for m in [PATTERN.search(str(w.message))] if m})
 
@@ -838,8 +838,8 @@ def guarded(name, checks):
 
 
 def run():
-    from ascend_shim import fallback_report
-    from ascend_shim._npu import npu_reason
+    from ascend_shim.engine import fallback_report
+    from ascend_shim.engine.npu import npu_reason
 
     reason = npu_reason()
     if reason:

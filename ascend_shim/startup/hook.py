@@ -19,7 +19,7 @@ in ``exec_module``, where only the module's own lock is held. The engine is
 started under a lock of ours that nothing holds while importing a watched
 module, and patches are applied outside it.
 
-Output: only through ``ascend_shim._output`` (stderr where there is one).
+Output: only through ``ascend_shim.startup.output`` (stderr where there is one).
 """
 
 import os
@@ -27,7 +27,7 @@ import sys
 import threading
 
 import ascend_shim
-from ascend_shim._output import warn, write
+from ascend_shim.startup.output import warn, write
 
 _start_lock = threading.RLock()
 _namespace_lock = threading.RLock()
@@ -42,7 +42,7 @@ def debug(text):
 
 
 def _config():
-    from ascend_shim import _config as config
+    from ascend_shim.startup import config
 
     return config.get()
 
@@ -114,7 +114,7 @@ def engine():
         if not _engine["started"]:
             try:
                 debug("first import of a watched module: starting the patch engine")
-                from ascend_shim import engine as module
+                from ascend_shim.engine import runner as module
 
                 module.start()
                 _engine["module"] = module
@@ -147,7 +147,7 @@ def deliver(module, late=False):
 def _withdraw_without_npu():
     """torch_npu has executed (its own patches decided): without a usable NPU
     no other patch will act in this process, so the shim leaves the import path."""
-    from ascend_shim import _npu
+    from ascend_shim.engine import npu as _npu
 
     try:
         why = _npu.npu_reason()

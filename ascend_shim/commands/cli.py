@@ -20,7 +20,8 @@ import os
 import sys
 from typing import Any, List, Optional
 
-from ascend_shim import __version__, _output
+from ascend_shim import __version__
+from ascend_shim.startup import output as _output
 
 OK, PROBLEM, USAGE, NO_NPU, INTERNAL = 0, 1, 2, 3, 4
 
@@ -52,25 +53,25 @@ def token_counts(text: str) -> List[int]:
 
 
 def cmd_status(options: argparse.Namespace) -> int:
-    from ascend_shim import status_cmd
+    from ascend_shim.commands import status as status_cmd
 
     return status_cmd.main(options)
 
 
 def cmd_doctor(options: argparse.Namespace) -> int:
-    from ascend_shim import doctor
+    from ascend_shim.commands import doctor
 
     return doctor.main(options)
 
 
 def cmd_selftest(options: argparse.Namespace) -> int:
-    from ascend_shim import selftest
+    from ascend_shim.commands import selftest
 
     return selftest.main(options)
 
 
 def cmd_bench(options: argparse.Namespace) -> int:
-    from ascend_shim import bench
+    from ascend_shim.commands import bench
 
     return bench.main(options)
 

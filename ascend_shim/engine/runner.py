@@ -1,8 +1,8 @@
 """The patch engine: runs the declared patches as their modules are delivered.
 
-Started by ``ascend_shim._hook`` on the first delivered module (or by the
+Started by ``ascend_shim.startup.hook`` on the first delivered module (or by the
 CLI). Each patch module under ``ascend_shim.patches`` declares a ``Patch``
-(``ascend_shim.patching``): its target, the modules that must have executed
+(``ascend_shim.engine.patching``): its target, the modules that must have executed
 before its guard can decide, the patches it comes ``after``, a guard and an
 ``apply`` that records every change so removal restores what is still the
 shim's. Decisions are per module object: a target executed again (a fresh
@@ -18,8 +18,10 @@ import sys
 import threading
 from typing import Any, Optional
 
-from ascend_shim import _config, _output, _records
-from ascend_shim.patching import (APPLIED, APPLYING, DISABLED, FAILED, PENDING, REMOVED, SKIPPED, Changes,
+from ascend_shim.startup import config as _config
+from ascend_shim.startup import output as _output
+from ascend_shim.engine import records as _records
+from ascend_shim.engine.patching import (APPLIED, APPLYING, DISABLED, FAILED, PENDING, REMOVED, SKIPPED, Changes,
                                   NotAFunction)
 
 log = logging.getLogger("ascend_shim")
@@ -263,14 +265,14 @@ def patch_status() -> list:
 
 def status() -> dict:
     import ascend_shim
-    from ascend_shim import fallback_report
+    from ascend_shim.engine import fallback_report
 
     start()
     # these reports need torch: each is read only where its module was loaded
     registration = sys.modules.get("ascend_shim.kitchen.registration")
-    int_mm = sys.modules.get("ascend_shim.int_mm")
+    int_mm = sys.modules.get("ascend_shim.aten.int_mm")
     w4a8 = sys.modules.get("ascend_shim.kitchen.w4a8")
-    fp8 = sys.modules.get("ascend_shim.fp8_effective")
+    fp8 = sys.modules.get("ascend_shim.patches.fp8_effective")
     return {
         "shim": {
             "version": ascend_shim.__version__,

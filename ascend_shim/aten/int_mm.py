@@ -14,7 +14,7 @@ import threading
 
 import torch
 
-from ascend_shim.kitchen import int8_math
+from ascend_shim.npu_math import int8 as int8_math
 
 DISPATCH_KEY = "PrivateUse1"
 OVERLOADS = ("_int_mm", "_int_mm.out")

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import threading
 
-from ascend_shim.patching import APPLIED, PENDING, Patch
+from ascend_shim.engine.patching import APPLIED, PENDING, Patch
 
 _lock = threading.Lock()
 _records: dict = {}  # patch name -> Record, in declaration order

@@ -11,8 +11,9 @@ import platform
 import re
 import sys
 
-from ascend_shim import _json_report, versions
-from ascend_shim._text import fill
+from ascend_shim.commands import json_report as _json_report
+from ascend_shim.engine import versions
+from ascend_shim.commands.text import fill
 
 ENV_VARS = (
     "ASCEND_SHIM", "ASCEND_SHIM_DISABLE", "ASCEND_SHIM_DEBUG", "ASCEND_SHIM_STRICT",
@@ -168,7 +169,8 @@ def _comfyui(report, findings, directory):
 
 def _shim(report, findings, torch_npu_ok):
     import ascend_shim
-    from ascend_shim import _config, activation
+    from ascend_shim.startup import config as _config
+    from ascend_shim.commands import activation
 
     startup = activation.at_startup()
     config = _config.get()
@@ -192,7 +194,7 @@ def activation_fix(startup):
 
 def _alloc_conf(report):
     """What PYTORCH_NPU_ALLOC_CONF will really be for ComfyUI on this machine."""
-    from ascend_shim import _config
+    from ascend_shim.startup import config as _config
 
     own = os.environ.get("PYTORCH_NPU_ALLOC_CONF")
     torch_npu = report["torch_npu"]
@@ -212,7 +214,7 @@ def _alloc_conf(report):
 
 
 def _environment(report, findings, torch_info):
-    from ascend_shim import activation
+    from ascend_shim.commands import activation
 
     env = {name: os.environ.get(name) for name in ENV_VARS}
     report["environment"] = env
@@ -231,7 +233,7 @@ def _environment(report, findings, torch_info):
                      "unverified (--disable-cuda-malloc keeps it unset)")
     old_comfyui = report["comfyui"] and not report["comfyui"]["supports_ascend"]
     if torch_info and torch_info.get("cuda_build") and report["npu"]["available"] and not old_comfyui:
-        from ascend_shim import _config
+        from ascend_shim.startup import config as _config
 
         if report["shim"]["active"] and not _config.get().patch_disabled("is_nvidia"):
             findings.add(INFO, "torch %s is a CUDA build: ComfyUI's is_nvidia() says True on the NPU; "
@@ -245,7 +247,8 @@ def _environment(report, findings, torch_info):
 
 def _fp8_int8_combination(report, findings):
     """ASCEND_SHIM_FP8=int8 under settings that register no NPU INT8 path: named, never a silent OK."""
-    from ascend_shim import _config, fp8_effective
+    from ascend_shim.startup import config as _config
+    from ascend_shim.patches import fp8_effective
 
     if not report["npu"]["available"]:
         return  # nothing is decoded where the shim stays inert
@@ -262,8 +265,8 @@ def _int8_on_the_cpu(report, findings):
     """Settings that switch off every NPU path of comfy-kitchen's INT8 calls: named, never an OK."""
     if not report["npu"]["available"]:
         return
-    from ascend_shim import _config
-    from ascend_shim.kitchen import int8_gaps
+    from ascend_shim.startup import config as _config
+    from ascend_shim.patches import int8_gaps
 
     functions = int8_gaps.configured(_config.get())
     if functions:
@@ -290,7 +293,7 @@ def collect(comfyui_dir=None):
     _fp8_int8_combination(report, findings)
     _int8_on_the_cpu(report, findings)
     if report["comfyui"]:  # last: it runs ComfyUI code, which the shim may patch (the environment too)
-        from ascend_shim import comfyui_kitchen
+        from ascend_shim.commands import comfyui_kitchen
 
         comfyui_kitchen.check(report, findings)
     report["findings"] = findings

@@ -1,0 +1,1 @@
+"""Kernels registered with torch's dispatcher for ops torch_npu lacks."""

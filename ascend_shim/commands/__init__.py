@@ -1,0 +1,1 @@
+"""The ``ascend-shim`` commands: status, doctor, selftest, bench."""

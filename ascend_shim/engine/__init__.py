@@ -1,0 +1,1 @@
+"""The engine and the patch API: patches declared, applied and recorded."""

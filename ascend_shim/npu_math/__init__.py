@@ -1,0 +1,1 @@
+"""NPU math: pure functions of tensors. Imports nothing of the shim."""

@@ -1,0 +1,1 @@
+"""Startup: stdlib only. What the interpreter runs before anything is imported."""
