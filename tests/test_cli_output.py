@@ -21,7 +21,7 @@ import harness
 from ascend_shim.commands import json_report as _json_report
 from ascend_shim.commands import bench
 from ascend_shim.commands import cli
-from ascend_shim.commands import selftest
+from ascend_shim.commands.selftest import report as selftest_report
 
 ZERO_ROW = "all-zero activation row, bf16 bias"
 
@@ -168,4 +168,4 @@ def test_json_has_help_on_every_command(name):
 def test_skipped_checks_are_listed_as_not_checked():
     checks = [{"name": "a", "passed": True}, {"name": "b", "passed": True, "skipped": "why"},
               {"name": "c", "passed": True, "skipped": "why"}]
-    assert selftest.not_checked(checks) == {"why": ["b", "c"]}
+    assert selftest_report.not_checked(checks) == {"why": ["b", "c"]}

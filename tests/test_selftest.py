@@ -14,7 +14,7 @@ import pytest
 import torch
 
 import harness
-from ascend_shim.commands import selftest
+from ascend_shim.commands.selftest import cases, checks, recording, reference
 
 KITCHEN = "0.2.40"
 
@@ -27,13 +27,14 @@ TILE = "M=1030 past the 128- to 1024-row tiles, bf16 bias"
 K104 = "K=104 N=40 (off the 16-grid), bf16 bias"
 K97 = "K=97 N=45 (odd), fp16 bias"
 BATCH_SLICE = "3-D x batch slice (storage offset), fp16 bias"
+BATCH_3D = "3-D x [2,19,K], bf16 bias"
 COLUMN_SLICE = "2-D x column slice (row stride > K), bf16 bias"
 ZERO_ROW = "all-zero activation row, bf16 bias"
 CONVROT = ("ConvRot group 16, bf16 bias", "ConvRot group 256, fp16 bias")
 FALLBACK = ("fallback: dequantized linear, bf16 bias", "fallback: dequantized linear, fp16, fp16 bias, scale ()")
 LAYER = "int8_linear M=64 K=3840 N=3840"
 INT_MM = "aten::_int_mm int8 M=17 K=2500 N=33, %s"
-W4A8 = tuple(case[0] for case in selftest.W4A8_CASES)
+W4A8 = tuple(case[0] for case in cases.W4A8_CASES)
 FP8 = ("fp8 decode float8_e4m3fn, all 256 codes", "fp8 decode float8_e5m2, all 256 codes")
 
 # corruption of the device -> cases that must fail because of it
@@ -125,6 +126,28 @@ SCENARIO_CORRUPTIONS = {
 }
 
 
+# bugs in the product itself, not in the device: selftest runs the product's backends, so it
+# sees them (a selftest that repeated the backend's steps itself would pass them)
+BACKEND_SKIPS_CONVROT = """
+import sys
+from ascend_shim.kitchen import backend
+backend.Int8Backend.rotate = lambda self, x, group: x
+""" + RUN_SELFTEST
+BACKEND_SCRAMBLES_3D_ROWS = """
+import sys
+from ascend_shim.kitchen import backend
+real_quant = backend.Int8Backend._quant
+def quant(self, call):
+    out = real_quant(self, call)
+    return out if out.dim() == 2 else out.reshape(-1, out.shape[-1]).flip(0).reshape(out.shape)
+backend.Int8Backend._quant = quant
+""" + RUN_SELFTEST
+PRODUCT_BUGS = {
+    "backend_skips_convrot": (BACKEND_SKIPS_CONVROT, {*CONVROT, *W4A8}),
+    "backend_scrambles_3d_rows": (BACKEND_SCRAMBLES_3D_ROWS, {BATCH_3D, BATCH_SLICE}),
+}
+
+
 def run_selftest(python, tmp_path, kitchen=KITCHEN, code=None, json_output=True, **env):
     args = [str(python)] + (["-c", code] if code else
                             ["-m", "ascend_shim", "selftest"] + (["--json"] if json_output else []))
@@ -159,26 +182,26 @@ def test_the_clean_device_passes_every_case(bed_python, tmp_path):
     proc = run_selftest(bed_python, tmp_path)
     result = report(proc)
     assert proc.returncode == 0 and result["passed"] is True, sorted(failed_checks(result))
-    checks = {c["name"]: c for c in result["checks"]}
-    for case in selftest.matrix():
-        check = checks[case.name]
+    by_name = {c["name"]: c for c in result["checks"]}
+    for case in cases.matrix():
+        check = by_name[case.name]
         assert check["passed"] and "skipped" not in check, check
         if case.path == "npu":
             # each recorded device call was checked against float64
             assert 0 < check["qmm_max_err_ratio"] <= 1 and check["codes_max_diff"] <= 1
-            assert check["cosine"] >= selftest.COSINE_MIN and check["rel_mae"] <= selftest.REL_MAE_MAX
+            assert check["cosine"] >= checks.COSINE_MIN and check["rel_mae"] <= checks.REL_MAE_MAX
             assert [c["call"] for c in check["calls"]] == ["torch_npu.npu_dynamic_quant",
                                                            "torch_npu.npu_quant_matmul"]
         else:
             assert 0 < check["gemm_max_err_ratio"] <= 1
     int_mm = [c for c in result["checks"] if c["name"].startswith("aten::_int_mm")]
-    assert len(int_mm) == 2 * len(selftest.INT_MM_CASES)
+    assert len(int_mm) == 2 * len(cases.INT_MM_CASES)
     assert all(c["served_by"] == "ascend_shim" and c["mismatches"] == 0 for c in int_mm)
     for name in W4A8:
-        assert checks[name]["passed"] and checks[name]["decode_mismatches"] == 0
-        assert checks[name]["cosine"] >= selftest.COSINE_MIN and checks[name]["qmm_max_err_ratio"] <= 1
+        assert by_name[name]["passed"] and by_name[name]["decode_mismatches"] == 0
+        assert by_name[name]["cosine"] >= checks.COSINE_MIN and by_name[name]["qmm_max_err_ratio"] <= 1
     for name in FP8:
-        assert checks[name]["passed"] and checks[name]["mismatches"] == 0
+        assert by_name[name]["passed"] and by_name[name]["mismatches"] == 0
     versions = result["versions"]
     assert versions["cann"] == "9.1.0-beta.1" and versions["torch_npu"] == "2.12.0"
     assert versions["comfy_kitchen"] == KITCHEN and versions["torch"] == torch.__version__
@@ -188,13 +211,13 @@ def test_without_comfy_kitchen_convrot_is_skipped_and_the_rest_passes(bed_python
     proc = run_selftest(bed_python, tmp_path, kitchen=None)
     result = report(proc)
     assert proc.returncode == 0 and result["passed"] is True, sorted(failed_checks(result))
-    checks = {c["name"]: c for c in result["checks"]}
+    by_name = {c["name"]: c for c in result["checks"]}
     for name in CONVROT:
-        assert "comfy-kitchen is not installed" in checks[name]["skipped"]
-    assert "skipped" not in checks[ODD_FP16] and result["versions"]["comfy_kitchen"] is None
+        assert "comfy-kitchen is not installed" in by_name[name]["skipped"]
+    assert "skipped" not in by_name[ODD_FP16] and result["versions"]["comfy_kitchen"] is None
     # kitchen's dispatch is a row of its own, and the report says plainly what was not checked
-    assert checks["comfy-kitchen int8_linear"]["skipped"] == selftest.KITCHEN_ABSENT
-    assert result["not_checked"] == {selftest.KITCHEN_ABSENT: [*CONVROT, "comfy-kitchen int8_linear"]}
+    assert by_name["comfy-kitchen int8_linear"]["skipped"] == cases.KITCHEN_ABSENT
+    assert result["not_checked"] == {cases.KITCHEN_ABSENT: [*CONVROT, "comfy-kitchen int8_linear"]}
     text = run_selftest(bed_python, tmp_path, kitchen=None, json_output=False)
     assert text.returncode == 0
     assert ("NOT checked: %s; %s; comfy-kitchen int8_linear (comfy-kitchen is not installed in this python): "
@@ -218,6 +241,16 @@ def test_a_corrupted_quant_op_fails_the_selftest(bed_python, tmp_path, corruptio
 def test_a_corrupted_float_op_fails_the_selftest(bed_python, tmp_path, corruption):
     code, expected = SCENARIO_CORRUPTIONS[corruption]
     assert_caught(run_selftest(bed_python, tmp_path, code=code), expected)
+
+
+@pytest.mark.parametrize("bug", sorted(PRODUCT_BUGS))
+def test_a_bug_in_the_product_backend_fails_the_selftest(bed_python, tmp_path, bug):
+    code, expected = PRODUCT_BUGS[bug]
+    failed = assert_caught(run_selftest(bed_python, tmp_path, code=code), expected)
+    # the device is right: each of its recorded calls passes, the product's result does not
+    for name in expected:
+        assert not any(f.startswith("npu_") or "torch_npu." in f for f in failed[name]["failures"]), failed[name]
+        assert any("against the float64 layer" in f for f in failed[name]["failures"]), failed[name]
 
 
 def test_a_call_this_cann_refuses_is_reported_with_its_arguments(bed_python, tmp_path):
@@ -277,25 +310,25 @@ def quant_matmul_call(out_dtype=torch.bfloat16, seed=0):
     exact = (x1.double() @ weight.double().t()) * scale.double() * pertoken.double().unsqueeze(-1)
     out = (exact + bias.double()).to(out_dtype)  # one round-to-nearest-even, as the op
     kwargs = dict(pertoken_scale=pertoken, bias=bias, output_dtype=out_dtype)
-    return selftest.Call("npu_quant_matmul", (x1, weight.t(), scale), kwargs, out)
+    return recording.Call("npu_quant_matmul", (x1, weight.t(), scale), kwargs, out)
 
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
 def test_quant_matmul_bound_passes_one_rounding_and_fails_three_ulps(dtype):
     call = quant_matmul_call(dtype)
-    metrics, failures = selftest.quant_matmul_check(call)
+    metrics, failures = checks.quant_matmul_check(call)
     assert failures == [] and 0 < metrics["qmm_max_err_ratio"] <= 0.5
 
     off = call.result.clone()
     off.view(torch.int16)[4, 7] += 3  # three representable values away from zero
-    metrics, failures = selftest.quant_matmul_check(selftest.Call(call.op, call.args, call.kwargs, off))
+    metrics, failures = checks.quant_matmul_check(recording.Call(call.op, call.args, call.kwargs, off))
     assert metrics["qmm_max_err_ratio"] > 1 and "worst at row 4 column 7" in failures[0]
 
 
 def test_quant_matmul_bound_fails_a_dropped_bias():
     call = quant_matmul_call()
     without = dict(call.kwargs, bias=None)
-    metrics, failures = selftest.quant_matmul_check(selftest.Call(call.op, call.args, without, call.result))
+    metrics, failures = checks.quant_matmul_check(recording.Call(call.op, call.args, without, call.result))
     assert failures and metrics["qmm_max_err_ratio"] > 100
 
 
@@ -308,11 +341,11 @@ def test_dynamic_quant_check_allows_one_code_and_catches_truncation():
     scale = (amax / 127).squeeze(-1).float()
     nudged = codes.clone()
     nudged[3, 5] += 1 if nudged[3, 5] < 127 else -1
-    metrics, failures = selftest.dynamic_quant_check(selftest.Call("npu_dynamic_quant", (x,), {}, (nudged, scale)))
+    metrics, failures = checks.dynamic_quant_check(recording.Call("npu_dynamic_quant", (x,), {}, (nudged, scale)))
     assert failures == [] and metrics["codes_max_diff"] == 1
 
     truncated = torch.trunc(xf * 127 / amax).to(torch.int8)
-    _, failures = selftest.dynamic_quant_check(selftest.Call("npu_dynamic_quant", (x,), {}, (truncated, scale)))
+    _, failures = checks.dynamic_quant_check(recording.Call("npu_dynamic_quant", (x,), {}, (truncated, scale)))
     assert any("off by one" in f for f in failures)
 
 
@@ -320,16 +353,16 @@ def test_the_reference_rotation_is_an_orthonormal_regular_hadamard():
     # equality with comfy-kitchen's own rotation shows on the bed: the ConvRot
     # cases of the clean run pass end to end against this reference
     for size in (4, 16, 256):
-        h = selftest.hadamard(size)
+        h = reference.hadamard(size)
         assert torch.allclose(h @ h.t(), torch.eye(size, dtype=torch.float64))
         assert torch.equal(h.abs(), torch.full((size, size), size ** -0.5, dtype=torch.float64))
         assert torch.allclose(h.sum(dim=0), torch.ones(size, dtype=torch.float64))  # regular
 
 
-@pytest.mark.parametrize("name, exponent_bits, mantissa_bits, finite_only", selftest.FP8_FORMATS)
+@pytest.mark.parametrize("name, exponent_bits, mantissa_bits, finite_only", cases.FP8_FORMATS)
 def test_the_fp8_reference_is_torchs_conversion(name, exponent_bits, mantissa_bits, finite_only):
     bits = torch.arange(256, dtype=torch.int32).to(torch.uint8)
-    ours = selftest.fp8_value(bits, exponent_bits, mantissa_bits, finite_only)
+    ours = reference.fp8_value(bits, exponent_bits, mantissa_bits, finite_only)
     theirs = bits.view(getattr(torch, name)).to(torch.float64)
     assert torch.equal(ours.isnan(), theirs.isnan())
     assert torch.equal(ours[~ours.isnan()], theirs[~theirs.isnan()])

@@ -328,10 +328,10 @@ def test_every_torch_npu_op_the_shim_calls_binds_to_the_real_schema(real):
 
 
 def test_the_shims_assumptions_about_the_op_parameters_hold(real):
-    from ascend_shim.commands import selftest
+    from ascend_shim.commands.selftest import recording
     from ascend_shim.kitchen import capability
 
-    for op, names in selftest.POSITIONAL.items():  # how the self-test names recorded arguments
+    for op, names in recording.POSITIONAL.items():  # how the self-test names recorded arguments
         schema = real.schemas[op]
         assert tuple(a.name for a in schema.arguments if not a.kwarg_only) == names, op
     names = {a.name for a in real.schemas["npu_quant_matmul"].arguments}
@@ -414,7 +414,7 @@ import inspect, json, sys, types
 import torch, torch_npu
 from testbed import npu_device as nd
 from ascend_shim.aten import int_mm
-from ascend_shim.commands import selftest
+from ascend_shim.commands.selftest import int8_paths
 from ascend_shim.kitchen import capability
 from ascend_shim.npu_math import int8 as int8_math
 
@@ -453,7 +453,7 @@ for version, schemas in spec["schemas"].items():
     through = int8_math.npu_quant_linear(x, w, scale, bias, torch.bfloat16, real_ops).cpu()
     result["same_as_fake"] = bool(torch.equal(through, direct))
     result["int32_output"] = int_mm.device_check(device, real_ops, shape=(8, 64, 16), repeat=1)["quant_matmul_int32"]
-    result["report_check"] = selftest.report_check(torch, real_ops, device)["passed"]
+    result["report_check"] = int8_paths.report_check(real_ops, device)["passed"]
     out["versions"][version] = result
 print(json.dumps(out, default=repr))
 """

@@ -1,0 +1,159 @@
+"""The shim's further device paths, each through its production entry point.
+
+* ``aten::_int_mm``: the shim's kernel (``aten/int_mm``) reached as users
+  reach it, ``torch._int_mm`` on NPU tensors, bit-exact against the CPU's,
+  with ``torch.npu.matmul.allow_hf32`` off and, as a user may leave it, on
+  (an fp32 GEMM in HF32 is not exact, and the user's setting must survive);
+* W4A8 (kitchen 0.2.27+): ``w4a8_int8_linear`` as registration binds it to
+  the INT8 backend (``w4a8.bound_to``): int4 codes decoded to int8 on the
+  device bit-exact, its quant calls, the layer against float64;
+* fp8: the host-side decode (``npu_math.fp8.decode``) of all 256 codes of
+  each float8 format, exact against the value of its bit fields.
+
+Each returns a list of check results, empty when this shim or kitchen lacks the path.
+"""
+
+from typing import Any, Callable
+
+import torch
+
+from ascend_shim.commands.selftest import cases, checks, reference
+from ascend_shim.commands.selftest.int8_paths import has_convrot
+from ascend_shim.commands.selftest.recording import describe, describe_call
+from ascend_shim.kitchen.backend import Int8Backend
+
+
+def int_mm_kernel() -> str:
+    """Who serves ``aten::_int_mm`` on the NPU, registering the shim's kernel as its patch does."""
+    from ascend_shim.aten import int_mm
+
+    if not int_mm.registered() and int_mm.served_elsewhere() is None:
+        int_mm.register()  # what the int_mm patch does when torch_npu loads
+    return "ascend_shim" if int_mm.registered() else "torch_npu"
+
+
+def int_mm_checks(device: torch.device, backend: Int8Backend) -> list[dict]:
+    """``torch._int_mm`` on the device, bit-exact against CPU ``torch._int_mm``."""
+    served_by = int_mm_kernel()
+    settings: Any = getattr(getattr(torch, "npu"), "matmul", None)  # torch.npu: added by torch_npu
+    flags = (False, True) if hasattr(settings, "allow_hf32") else (None,)
+    user = settings.allow_hf32 if flags[0] is not None else None
+    results = []
+    try:
+        for seed, spec in enumerate(cases.INT_MM_CASES):
+            a, b = cases.int_mm_operands(spec, seed)
+            expected = torch._int_mm(a, b)
+            for hf32 in flags:
+                results.append(int_mm_case(spec[0], a, b, expected, device, settings, hf32, served_by))
+    finally:
+        if user is not None:
+            settings.allow_hf32 = user
+    return results
+
+
+def int_mm_case(name: str, a: torch.Tensor, b: torch.Tensor, expected: torch.Tensor, device: torch.device,
+                settings: Any, hf32: Any, served_by: str) -> dict:
+    label = {None: "", False: ", HF32 off", True: ", HF32 on"}[hf32]
+    result: dict[str, Any] = {"name": "aten::_int_mm %s%s" % (name, label), "served_by": served_by}
+    a_dev, b_dev = a.to(device), b.to(device)
+    arguments: dict[str, Any] = {"self": describe(a_dev), "mat2": describe(b_dev)}
+    if hf32 is not None:
+        settings.allow_hf32 = hf32
+        arguments["torch.npu.matmul.allow_hf32"] = hf32
+    failures = []
+    try:
+        out = torch._int_mm(a_dev, b_dev)
+    except Exception as exc:
+        failures.append("the call raised %s: %s" % (type(exc).__name__, exc))
+    else:
+        metrics, failures = checks.int_mm_check(out, expected, device)
+        result.update(metrics)
+    if hf32 is not None and settings.allow_hf32 != hf32:
+        failures.append("torch.npu.matmul.allow_hf32 was %s before the call and %s after"
+                        % (hf32, settings.allow_hf32))
+    result.update(passed=not failures, failures=failures,
+                  calls=[{"call": "torch._int_mm", "arguments": arguments}])
+    return result
+
+
+def w4a8_checks(device: torch.device, backend: Int8Backend) -> list[dict]:
+    """The shim's W4A8 linear, bound to the INT8 backend as registration binds it."""
+    try:
+        import comfy_kitchen as ck
+
+        from ascend_shim.kitchen import w4a8
+    except ImportError:
+        return []
+    if not hasattr(ck, w4a8.LINEAR) or not has_convrot(backend):
+        return []
+    linear = w4a8.bound_to(backend).linear
+    ops = backend.ops
+    results = []
+    for seed, spec in enumerate(cases.W4A8_CASES):
+        codes, kw = cases.w4a8_inputs(spec, device, seed)
+        ops.calls = []
+        result: dict[str, Any] = {"name": spec[0], "path": "w4a8"}
+        try:
+            out = linear(group_size=cases.W4A8_GROUP, convrot_groupsize=spec[4],
+                         out_dtype=getattr(torch, spec[5]), **kw)
+        except Exception as exc:
+            failures = ["the call raised %s: %s" % (type(exc).__name__, exc)]
+        else:
+            metrics, failures = w4a8_check(out, codes, kw, spec, ops.calls)
+            result.update(metrics)
+        result.update(passed=not failures, failures=failures, calls=[describe_call(c) for c in ops.calls])
+        results.append(result)
+    return results
+
+
+def w4a8_check(out: torch.Tensor, codes: torch.Tensor, kw: dict, spec: tuple, calls: list) -> checks.Checked:
+    weight = reference.w4a8_weight(codes, kw["s_rel"], kw["codebook"], cases.W4A8_GROUP)
+    failures = checks.output_failures(out, kw["x"], weight.shape[0], getattr(torch, spec[5]))
+    if failures:
+        return {}, failures
+    metrics, failures = checks.device_call_checks(calls)
+    matmuls = [c for c in calls if c.op == "npu_quant_matmul" and c.result is not None]
+    if matmuls:
+        decoded = matmuls[-1].args[1].t().detach().to("cpu")
+        metrics["decode_mismatches"] = int((decoded != weight).sum().item())
+        if metrics["decode_mismatches"]:
+            failures.append("%d of %d decoded int8 weights differ from the codes' levels * s_rel"
+                            % (metrics["decode_mismatches"], weight.numel()))
+    e2e, e2e_failures = checks.end_to_end(out, reference.float_linear(kw["x"], weight, kw["s_channel"],
+                                                                       kw["bias"], spec[4]))
+    metrics.update(e2e)
+    return metrics, failures + e2e_failures
+
+
+def fp8_checks(device: torch.device, backend: Int8Backend) -> list[dict]:
+    """Every float8 code decoded by the shim: exact in bf16, scaled within one rounding."""
+    from ascend_shim.npu_math import fp8 as fp8_math
+
+    results = []
+    for name, exponent_bits, mantissa_bits, finite_only in cases.FP8_FORMATS:
+        dtype = getattr(torch, name, None)
+        if dtype is None:
+            continue
+        bits = torch.arange(256, dtype=torch.int32).to(torch.uint8).reshape(16, 16)
+        expected = reference.fp8_value(bits, exponent_bits, mantissa_bits, finite_only)
+        result: dict[str, Any] = {"name": "fp8 decode %s, all 256 codes" % name, "path": "fp8 (host)"}
+        try:
+            plain = fp8_math.decode(bits.view(dtype)).to(device)
+            scale = torch.rand(16, 1, generator=torch.Generator().manual_seed(7)) + 0.5
+            scaled = fp8_math.decode(bits.view(dtype), scale).to(device)
+        except Exception as exc:
+            failures = ["the decode raised %s: %s" % (type(exc).__name__, exc)]
+        else:
+            metrics, failures = checks.fp8_decode_check(plain, scaled, expected, scale)
+            result.update(metrics)
+        result.update(passed=not failures, failures=failures,
+                      calls=[{"call": "ascend_shim.npu_math.fp8.decode",
+                              "arguments": {"weight": "all 256 %s codes as [16, 16]" % name,
+                                            "scale": "None, then float32 [16, 1]"}}])
+        results.append(result)
+    return results
+
+
+# each returns the results of one more device path; empty when this shim lacks it
+EXTRA_CHECKS: tuple[Callable[[torch.device, Int8Backend], list[dict]], ...] = (
+    int_mm_checks, w4a8_checks, fp8_checks)
