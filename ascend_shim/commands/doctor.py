@@ -12,8 +12,8 @@ import re
 import sys
 
 from ascend_shim.commands import json_report as _json_report
+from ascend_shim.commands.doctor_report import INFO, PROBLEM, WARNING, Findings, text_report
 from ascend_shim.engine import versions
-from ascend_shim.commands.text import fill
 
 ENV_VARS = (
     "ASCEND_SHIM", "ASCEND_SHIM_DISABLE", "ASCEND_SHIM_DEBUG", "ASCEND_SHIM_STRICT",
@@ -22,7 +22,6 @@ ENV_VARS = (
     "ASCEND_RT_VISIBLE_DEVICES", "TORCH_DEVICE_BACKEND_AUTOLOAD",
     "TORCH_NPU_FALLBACK_CPU_DISABLE", "ASCEND_TOOLKIT_HOME", "ASCEND_HOME_PATH",
 )
-PROBLEM, WARNING, INFO = "problem", "warning", "info"
 
 
 def _find_spec(name):
@@ -30,11 +29,6 @@ def _find_spec(name):
         return importlib.util.find_spec(name)
     except Exception:  # a broken parent package, a bad sys.path entry
         return None
-
-
-class Findings(list):
-    def add(self, severity, what, fix=""):
-        self.append({"severity": severity, "what": what, "fix": fix})
 
 
 def _torch(report, findings):
@@ -301,72 +295,10 @@ def collect(comfyui_dir=None):
     return report
 
 
-def _print(report, comfyui_dir=None):
-    torch = report["torch"]
-    npu = report["npu"]
-    lines = [
-        "python      %s (%s)" % (report["python"]["version"], report["python"]["executable"]),
-        "torch       %s" % (("%s%s" % (torch["version"], ", CUDA build" if torch["cuda_build"] else ""))
-                            if torch.get("installed") else "not usable: %s" % torch.get("error")),
-        "torch_npu   %s" % (report["torch_npu"].get("version") or
-                            ("not installed" if not report["torch_npu"].get("installed")
-                             else "does not import: %s" % report["torch_npu"].get("error"))),
-        "CANN        %s" % (report["cann"] or "unknown"),
-        "NPU         %s" % ("%d x %s" % (npu["count"], npu["name"]) if npu["available"] else "none"),
-        "kitchen     %s" % ((report["comfy_kitchen"].get("version") or "?") +
-                            (" (upstream ascend backend)" if report["comfy_kitchen"].get("upstream_ascend_backend") else "")
-                            if report["comfy_kitchen"]["installed"] else "not installed"),
-        "ComfyUI     %s" % _comfyui_line(report["comfyui"], comfyui_dir),
-        "shim        %s, %s" % (report["shim"]["version"], _shim_line(report["shim"], npu["available"])),
-        "NPU memory  PYTORCH_NPU_ALLOC_CONF: %s" % report["alloc_conf"],
-    ]
-    print("\n".join(lines))
-    set_vars = {k: v for k, v in report["environment"].items() if v is not None}
-    print(fill("environment " + (", ".join("%s=%s" % kv for kv in sorted(set_vars.items()))
-                                     or "(none of the relevant variables set)"), 12))
-    print()
-    for finding in report["findings"]:
-        print(fill("[%s] %s" % (finding["severity"], finding["what"]), 4))
-        if finding["fix"]:
-            print(fill("    fix: %s" % finding["fix"], 9))
-    print("\n%s" % verdict(report))
-
-
-def verdict(report):
-    npu = report["npu"]["available"] or report["torch_npu"].get("installed")
-    others = [f for f in report["findings"] if f["severity"] == PROBLEM
-              and not f["what"].startswith("ComfyUI not checked")]
-    if report["comfyui"] is None and not others:
-        return ("ComfyUI NOT checked (none here); nothing else is wrong" if npu
-                else "no Ascend NPU here, so the shim stays inert; ComfyUI was NOT checked (none here)")
-    if report["ok"]:
-        return ("OK: nothing stops ComfyUI from running on the NPU" if npu
-                else "OK: no Ascend NPU here, so the shim stays inert; nothing to fix")
-    return ("PROBLEMS found: ComfyUI will not run properly on the NPU" if npu
-            else "PROBLEMS found: see the fixes above")
-
-
-def _comfyui_line(comfyui, given):
-    if comfyui is None and given:
-        return "not found in %s" % os.path.abspath(given)
-    if comfyui is None:
-        return "not found here (run doctor in the ComfyUI folder, or pass --comfyui DIR)"
-    support = "" if comfyui["supports_ascend"] else ", predates Ascend support"
-    return "%s at %s%s" % (comfyui["version"] or "version unknown", comfyui["path"], support)
-
-
-def _shim_line(shim, npu):
-    if shim["active"] and not npu:
-        return "installed (%s), inert here: no NPU" % shim["how"]
-    if shim["active"]:
-        return "active (%s)" % shim["how"]
-    return "NOT active: %s" % shim["why_not"]
-
-
 def main(options):
     report = collect(getattr(options, "comfyui", None))
     if options.json:
         _json_report.emit(report, sort_keys=True)
     else:
-        _print(report, getattr(options, "comfyui", None))
+        print(text_report(report, getattr(options, "comfyui", None)))
     return 0 if report["ok"] else 1
