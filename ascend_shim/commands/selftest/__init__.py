@@ -74,14 +74,13 @@ def run() -> dict:
 
     from ascend_shim.commands.selftest import report
 
-    npu: Any = getattr(torch, "npu")  # added by torch_npu
     torch.manual_seed(0)
-    device = torch.device("npu", npu.current_device())
+    device = torch.device("npu", torch.npu.current_device())  # type: ignore[attr-defined]  # torch_npu's
     # torch_npu's fallback warning is a C++ line on stderr, not a Python warning
     with warnings.catch_warnings(record=True) as caught, fallback_report.native_fallbacks() as native:
         warnings.simplefilter("always")
         checks = device_checks(torch_npu, device)
-        npu.synchronize()
+        torch.npu.synchronize()  # type: ignore[attr-defined]
     fallbacks = sorted(set(_fallbacks(caught)) | set(native))
     checks.append({"name": "no CPU fallback", "fallbacks": fallbacks, "passed": not fallbacks})
     info = report.versions(torch, torch_npu, device)

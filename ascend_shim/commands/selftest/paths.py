@@ -35,9 +35,9 @@ def int_mm_kernel() -> str:
 def int_mm_checks(device: torch.device, backend: Int8Backend) -> list[dict]:
     """``torch._int_mm`` on the device, bit-exact against CPU ``torch._int_mm``."""
     served_by = int_mm_kernel()
-    settings: Any = getattr(getattr(torch, "npu"), "matmul", None)  # torch.npu: added by torch_npu
+    settings = getattr(torch.npu, "matmul", None)  # type: ignore[attr-defined]  # torch_npu's
     flags = (False, True) if hasattr(settings, "allow_hf32") else (None,)
-    user = settings.allow_hf32 if flags[0] is not None else None
+    user = settings.allow_hf32 if settings is not None and flags[0] is not None else None
     results = []
     try:
         for seed, spec in enumerate(cases.INT_MM_CASES):
@@ -46,7 +46,7 @@ def int_mm_checks(device: torch.device, backend: Int8Backend) -> list[dict]:
             for hf32 in flags:
                 results.append(int_mm_case(spec[0], a, b, expected, device, settings, hf32, served_by))
     finally:
-        if user is not None:
+        if settings is not None and user is not None:
             settings.allow_hf32 = user
     return results
 
