@@ -193,6 +193,9 @@ def test_selftest_and_bench_end_to_end_on_the_bed(bed_python, tmp_path):
     assert bench.returncode == 0
     assert data["npu"] is True and len(data["rows"]) == 4
     assert all(row["int8_ms"] > 0 and row["bf16_ms"] > 0 for row in data["rows"])
+    # the _int_mm kernel's two arithmetics, side by side, agreeing bit for bit
+    assert [(r["M"], r["K"], r["N"]) for r in data["int_mm"]] == [(16, 3840, 3840), (16, 3840, 10240)]
+    assert all(r["fp32_chunks_ms"] > 0 and r["int8_cube_ms"] > 0 and r["equal"] for r in data["int_mm"])
 
 
 def test_selftest_fails_when_the_int8_path_is_wrong(bed_python, tmp_path):

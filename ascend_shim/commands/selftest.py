@@ -36,6 +36,7 @@ Exit status: 0 passed, 1 failed, 3 no NPU here.
 
 import dataclasses
 import platform
+import sys
 import warnings
 
 from ascend_shim.commands import json_report as _json_report
@@ -585,6 +586,7 @@ def int_mm_checks(torch, device):
             expected = torch._int_mm(a, b)
             for hf32 in flags:
                 results.append(int_mm_case(torch, spec[0], a, b, expected, device, settings, hf32, served_by))
+        results.append(int_mm.paths_check(device, sys.modules.get("torch_npu")))  # both paths, bit for bit
     finally:
         if user is not None:
             settings.allow_hf32 = user
