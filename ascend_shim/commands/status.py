@@ -348,8 +348,8 @@ def _int8_lines(int8, w4a8=None, int_mm=None, kitchen_in_use=None):
     if int_mm and int_mm.get("registered"):
         lines.append("  torch._int_mm on the NPU: served by the shim (%s calls)" % int_mm.get("calls", 0))
         if int_mm.get("why"):
-            lines.append("    by %s: %s" % (int_mm["path"], int_mm["why"]) if int_mm.get("path")
-                         else "    arithmetic %s" % int_mm["why"])
+            lines.append(fill("by %s: %s" % (int_mm["path"], int_mm["why"]) if int_mm.get("path")
+                              else "arithmetic %s" % int_mm["why"], 6, "    "))
     elif int_mm and int_mm.get("note"):
         lines.append("  torch._int_mm on the NPU: %s" % int_mm["note"])
     return lines
