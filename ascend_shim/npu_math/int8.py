@@ -248,7 +248,7 @@ def quant_int_mm(a, b, ops, unit_scale, limit: int = MAX_QUANT_MATMUL_DIM):
     n = b.shape[1]
     if m == 0 or n == 0 or k == 0:  # the op refuses empty matrices; the product is all zeros
         return torch.zeros((m, n), dtype=torch.int32, device=a.device)
-    blocks = []
+    blocks: list = []
     for n0, n1 in dimension_spans(n, limit):
         acc = None
         for k0, k1 in dimension_spans(k, limit):
