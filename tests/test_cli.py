@@ -85,6 +85,19 @@ def test_status_on_the_npu_names_the_machine_and_the_next_step(bed_python, tmp_p
     assert rows["int_mm"] == "applied" and rows["cpu_fallbacks"] == "applied", rows
 
 
+@pytest.mark.parametrize("int32_output, path, why", [
+    ("exact", "npu_quant_matmul int32 (INT8 cube)", "exact int32 probe product"),
+    ("refused", "fp32 GEMMs over K-chunks", "refused int32 output"),
+    ("fp32-rounded", "fp32 GEMMs over K-chunks", "inexact"),
+])
+def test_status_says_which_arithmetic_serves_int_mm(bed_python, tmp_path, int32_output, path, why):
+    env = harness.bed_env("ascend-cu130", TESTBED_QMM_INT32=int32_output)
+    data = as_json(cli(bed_python, ["status", "--json"], tmp_path, env))
+    assert data["int_mm"]["path"] == path and why in data["int_mm"]["why"], data["int_mm"]
+    text = cli(bed_python, ["status"], tmp_path, env).stdout
+    assert "    by %s: " % path in text and why in " ".join(text.split()), text
+
+
 def test_status_import_brings_in_what_the_patches_wait_for(bed_python, tmp_path):
     """The real 0.3.45: mmap and announce wait for comfy.utils, which ComfyUI imports at start."""
     env = harness.bed_env("ascend-cu130", comfy=str(harness.comfyui_dir("0.3.45")))
@@ -193,6 +206,9 @@ def test_selftest_and_bench_end_to_end_on_the_bed(bed_python, tmp_path):
     assert bench.returncode == 0
     assert data["npu"] is True and len(data["rows"]) == 4
     assert all(row["int8_ms"] > 0 and row["bf16_ms"] > 0 for row in data["rows"])
+    # the _int_mm kernel's two arithmetics, side by side, agreeing bit for bit
+    assert [(r["M"], r["K"], r["N"]) for r in data["int_mm"]] == [(16, 3840, 3840), (16, 3840, 10240)]
+    assert all(r["fp32_chunks_ms"] > 0 and r["int8_cube_ms"] > 0 and r["equal"] for r in data["int_mm"])
 
 
 def test_selftest_fails_when_the_int8_path_is_wrong(bed_python, tmp_path):

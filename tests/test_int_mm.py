@@ -24,9 +24,11 @@ INNER = os.environ.get("TESTBED_INNER") == "int_mm"
 if INNER:
     import torch_npu  # noqa: F401  (the simulated device)
 
-    from ascend_shim.aten import int_mm
+    from ascend_shim.aten import int_mm, int_mm_path
     from ascend_shim.npu_math import int8 as int8_math
     from testbed import npu_device as nd
+
+    tb = torch_npu._testbed
 
 
 def int8(*shape, low=-128, high=128, dtype=torch.int8):
@@ -154,6 +156,7 @@ class _Checks:
             raise RuntimeError("aclnnMatmul failed: EZ9999")
 
         monkeypatch.setattr(int8_math, "exact_int_mm", device_fails)
+        monkeypatch.setattr(int8_math, "quant_int_mm", lambda a, b, *args: device_fails(a, b))
         with pytest.raises(RuntimeError, match="operands are valid.*EZ9999"):
             torch._int_mm(int8(4, 8).npu(), int8(8, 4).npu())
         assert nd.cpu_fallbacks() == {}
@@ -216,6 +219,175 @@ class _Checks:
             own._destroy()
             int_mm.register()
         assert int_mm.registered() == ("_int_mm", "_int_mm.out")
+
+
+    # ---------------------------------------------------------------- the INT8 cube path
+    def _fresh(self, monkeypatch, int32_output="exact"):
+        """A new installation (its path undecided) on a bed whose int32 output is ``int32_output``."""
+        monkeypatch.setenv("TESTBED_QMM_INT32", int32_output)
+        int_mm.deregister()
+        int_mm.register(torch_npu)
+        tb.reset()
+
+    def _counted_call(self, a, b):
+        tb.reset()
+        nd.reset_op_counts(enable=True)
+        try:
+            out = torch._int_mm(a, b)
+        finally:
+            ops = nd.op_counts()
+            nd.reset_op_counts(enable=False)
+        return out, ops
+
+    def test_exact_int32_op_serves_with_one_quant_matmul_call_and_no_fp32_gemm(self, monkeypatch):
+        self._fresh(monkeypatch)
+        a, b = int8(17, 2100), int8(40, 2100)
+        torch._int_mm(a.npu(), b.npu().t())  # the first call probes
+        out, ops = self._counted_call(a.npu(), b.npu().t())
+        assert torch.equal(out.cpu(), cpu_int_mm(a, b.t()))
+        assert dict(tb.calls) == {"npu_quant_matmul": 1}
+        assert tb.last("npu_quant_matmul").notes["x2_layout"] == "transposed"  # the .t() view, no copy
+        assert not any(name in ops for name in ("aten::mm", "aten::_to_copy")), ops
+        report = int_mm.report()
+        assert report["path"] == int_mm_path.CUBE and report["cube_calls"] == 2, report
+        assert nd.cpu_fallbacks() == {}
+
+    def test_the_path_is_decided_on_the_first_call_not_at_install(self, monkeypatch):
+        self._fresh(monkeypatch)
+        assert not tb.calls and int_mm.report()["path"] is None
+        assert "first _int_mm call" in int_mm.report()["why"]
+        torch._int_mm(int8(3, 8).npu(), int8(8, 4).npu())
+        probes = [r for r in tb.records_for("npu_quant_matmul") if r["x1"].shape == (2, int8_math.PROBE_K)]
+        assert len(probes) == 1 and int_mm.report()["path"] == int_mm_path.CUBE
+
+    def test_concurrent_first_calls_probe_once(self, monkeypatch):
+        import threading
+
+        self._fresh(monkeypatch)
+        a, b = int8(4, 64), int8(64, 8)
+        want, outs, start = cpu_int_mm(a, b), [], threading.Barrier(4)
+
+        def call():
+            start.wait()
+            outs.append(torch._int_mm(a.npu(), b.npu()).cpu())
+
+        threads = [threading.Thread(target=call) for _ in range(4)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        probes = [r for r in tb.records_for("npu_quant_matmul") if r["x1"].shape == (2, int8_math.PROBE_K)]
+        assert len(probes) == 1 and len(outs) == 4 and all(torch.equal(o, want) for o in outs)
+
+    def test_an_op_plugin_without_int32_output_falls_back_and_says_why(self, monkeypatch):
+        self._fresh(monkeypatch, "refused")
+        a, b = int8(5, 3000), int8(3000, 7)
+        out = torch._int_mm(a.npu(), b.npu())
+        assert torch.equal(out.cpu(), cpu_int_mm(a, b))
+        report = int_mm.report()
+        assert report["path"] == int_mm_path.FP32_CHUNKS and "refused int32 output" in report["why"], report
+        out, ops = self._counted_call(a.npu(), b.npu())
+        assert not tb.calls and ops["aten::mm"] == 3  # no further probe: three K-chunks of 1024
+        assert torch.equal(out.cpu(), cpu_int_mm(a, b))
+
+    def test_an_inexact_int32_op_is_never_trusted(self, monkeypatch):
+        self._fresh(monkeypatch, "fp32-rounded")
+        a = torch.full((2, 4096), -128, dtype=torch.int8)
+        b = torch.full((4096, 3), -128, dtype=torch.int8)
+        a[:, ::3] = 127
+        b[-1] = 1  # odd sums past 2**24, which that op rounds
+        out = torch._int_mm(a.npu(), b.npu())
+        assert torch.equal(out.cpu(), cpu_int_mm(a, b))
+        report = int_mm.report()
+        assert report["path"] == int_mm_path.FP32_CHUNKS and "inexact" in report["why"], report
+        assert report["cube_calls"] == 0 and report["fp32_calls"] == 1
+
+    def test_dimensions_past_the_op_limit_are_split(self, monkeypatch):
+        self._fresh(monkeypatch)
+        torch._int_mm(int8(2, 8).npu(), int8(8, 2).npu())  # the probe
+        for (m, k, n), pieces in (((2, 70000, 3), [(2, 35000, 3)] * 2), ((2, 5, 70000), [(2, 5, 35000)] * 2)):
+            a, b = int8(m, k), int8(k, n)
+            out, _ = self._counted_call(a.npu(), b.npu())
+            assert torch.equal(out.cpu(), cpu_int_mm(a, b))
+            shapes = [(r["x1"].shape[0], r["x1"].shape[1], r["x2"].shape[1])
+                      for r in tb.records_for("npu_quant_matmul")]
+            assert shapes == pieces  # x1's and x2's last dimensions within 65535
+        assert int_mm.report()["path"] == int_mm_path.CUBE
+
+    def test_both_dimensions_split_at_a_smaller_limit(self):
+        a, b = int8(3, 2500), int8(2500, 1500)
+        tb.reset()
+        out = int8_math.quant_int_mm(a.npu(), b.npu(), torch_npu, torch.ones(1).npu(), limit=1000)
+        assert torch.equal(out.cpu(), cpu_int_mm(a, b))
+        shapes = sorted((r["x1"].shape[1], r["x2"].shape[1]) for r in tb.records_for("npu_quant_matmul"))
+        assert shapes == [(833, 750)] * 4 + [(834, 750)] * 2  # K in 3 pieces, N in 2
+
+    def test_uint8_self_takes_the_fp32_path(self, monkeypatch):
+        self._fresh(monkeypatch)
+        a, b = int8(4, 600, low=0, high=256, dtype=torch.uint8), int8(600, 5)
+        out, ops = self._counted_call(a.npu(), b.npu())
+        assert torch.equal(out.cpu(), cpu_int_mm(a, b))
+        assert not tb.calls and ops["aten::mm"] == 2  # no probe either: uint8 never uses the cube
+
+    def test_device_check_compares_both_paths_bit_for_bit(self, monkeypatch):
+        self._fresh(monkeypatch)
+        report = int_mm.device_check("npu", torch_npu, shape=(8, 4096, 16), repeat=1)
+        assert report["fp32_chunks"]["exact"] is True
+        assert report["quant_matmul_int32"]["exact"] is True
+        assert report["quant_matmul_int32"]["same_as_fp32_chunks"] is True
+        assert report["probe"]["usable"] is True
+        monkeypatch.setenv("TESTBED_QMM_INT32", "fp32-rounded")
+        report = int_mm.device_check("npu", torch_npu, shape=(8, 4096, 16), repeat=1)
+        assert report["probe"]["usable"] is False and report["quant_matmul_int32"]["exact"] is False
+        result = int_mm.paths_check("npu", torch_npu)
+        assert result["passed"] is True  # inexact, but the probe refuses it: nothing served wrong
+
+    def test_a_probe_that_passes_on_an_op_wrong_elsewhere_fails_the_paths_check(self, monkeypatch):
+        self._fresh(monkeypatch)
+        real = torch_npu.npu_quant_matmul
+
+        def wrong_past_the_probe(x1, x2, scale, **kwargs):  # right on 2 rows, wrong beyond
+            out = real(x1, x2, scale, **kwargs)
+            return out if x1.shape[0] <= 2 else out + 1
+
+        monkeypatch.setattr(torch_npu, "npu_quant_matmul", wrong_past_the_probe)
+        result = int_mm.paths_check("npu", torch_npu)
+        assert result["passed"] is False and "passed the probe" in result["failures"][0]
+
+
+def test_int8_mm_is_served_only_where_torch_defines_it():
+    from ascend_shim.aten import int_mm as module
+
+    assert module.candidate_overloads(lambda o: False) == ("_int_mm", "_int_mm.out")
+    assert module.candidate_overloads(lambda o: True) == ("_int_mm", "_int_mm.out", "int8_mm", "int8_mm.out")
+    assert module.candidate_overloads() == ("_int_mm", "_int_mm.out") + tuple(
+        o for o in ("int8_mm", "int8_mm.out") if hasattr(torch.ops.aten, "int8_mm"))
+
+
+def test_dimension_spans_cover_without_passing_the_limit():
+    from ascend_shim.npu_math.int8 import dimension_spans
+
+    assert dimension_spans(65535) == [(0, 65535)]
+    assert dimension_spans(65536) == [(0, 32768), (32768, 65536)]
+    for size, limit in ((1, 1), (7, 3), (131071, 65535), (200000, 65535)):
+        spans = dimension_spans(size, limit)
+        assert spans[0][0] == 0 and spans[-1][1] == size
+        assert all(s1 == s0 for (_, s1), (s0, _) in zip(spans, spans[1:]))
+        assert all(0 < stop - start <= limit for start, stop in spans)
+        assert len(spans) == -(-size // limit)
+
+
+def test_probe_operands_expose_rounded_or_saturated_paths():
+    from ascend_shim.npu_math.int8 import int32_probe_operands
+
+    a, b, want = int32_probe_operands()
+    assert a.dtype == b.dtype == torch.int8 and want.dtype == torch.int32
+    assert torch.equal(want, torch._int_mm(a, b.contiguous()))
+    assert want.abs().max() > 2**24 and (want.remainder(2) == 1).any()
+    for dtype in (torch.float32, torch.bfloat16, torch.float16):  # each float path gets it wrong
+        rounded = (a.to(torch.float64) @ b.to(torch.float64)).to(dtype).to(torch.float64)
+        assert not torch.equal(rounded, want.to(torch.float64)), dtype
+    assert not torch.equal(want.clamp(-128, 127), want)  # int8 saturation shows
 
 
 CHECKS = sorted(name for name in vars(_Checks) if name.startswith("test_"))

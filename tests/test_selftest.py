@@ -197,6 +197,9 @@ def test_the_clean_device_passes_every_case(bed_python, tmp_path):
     int_mm = [c for c in result["checks"] if c["name"].startswith("aten::_int_mm")]
     assert len(int_mm) == 2 * len(cases.INT_MM_CASES)
     assert all(c["served_by"] == "ascend_shim" and c["mismatches"] == 0 for c in int_mm)
+    paths = checks["_int_mm kernel paths on the device: INT8 cube vs fp32 K-chunks, bit for bit"]
+    assert paths["passed"] and paths["report"]["fp32_chunks"]["exact"], paths
+    assert paths["report"]["quant_matmul_int32"]["same_as_fp32_chunks"] is True, paths
     for name in W4A8:
         assert by_name[name]["passed"] and by_name[name]["decode_mismatches"] == 0
         assert by_name[name]["cosine"] >= checks.COSINE_MIN and by_name[name]["qmm_max_err_ratio"] <= 1

@@ -1,5 +1,9 @@
 """``python -m ascend_shim bench``: per-layer latency, bf16 linear vs the shim's INT8 path.
 
+On an NPU it also times the two arithmetics of the shim's ``_int_mm`` kernel
+side by side: the INT8 cube (``npu_quant_matmul`` int32 output) and fp32
+GEMMs over K-chunks, and says whether they agree bit for bit.
+
 Layer shapes follow the real layers measured in comfy-kitchen PR #153
 (Z-Image Turbo, M=8352) plus a small M. Each timing: warm-up, then
 ``repeat`` runs with device synchronisation, median in ms. Without an NPU
@@ -179,8 +183,50 @@ def run(m_values: List[int], repeat: int, warmup: int, setup: Optional[Tuple[Any
                 row["speedup"] = row["bf16_ms"] / row["int8_ms"]
             rows.append(row)
             work_done += m * k * n
+    paths = int_mm_paths(torch, device, ops, sync, warmup, repeat, min(m_values)) if on_device else []
     return {"npu": on_device, "reason": reason, "emulated": emulated, "repeat": repeat,
-            "warmup": warmup, "rows": rows}
+            "warmup": warmup, "rows": rows, "int_mm": paths}
+
+
+# _int_mm (K, N) as comfy-kitchen's eager INT8 linear issues them (weight as a .t() view), at the
+# smallest token count asked for
+INT_MM_SHAPES = ((3840, 3840), (3840, 10240))
+
+
+def int_mm_paths(torch: Any, device: Any, ops: Any, sync: Callable[[], Any], warmup: int,
+                 repeat: int, m: int) -> List[Dict[str, Any]]:
+    """Both arithmetics of the shim's ``_int_mm`` kernel, timed side by side, and whether they agree."""
+    from ascend_shim.aten import int_mm_path
+
+    path = int_mm_path.ProductPath(ops)
+    rows: List[Dict[str, Any]] = []
+    for k, n in INT_MM_SHAPES:
+        a = torch.randint(-128, 128, (m, k), dtype=torch.int8).to(device)
+        b = torch.randint(-128, 128, (n, k), dtype=torch.int8).to(device).t()
+        row: Dict[str, Any] = {"M": m, "K": k, "N": n}
+        row["fp32_chunks_ms"] = _median_ms(lambda: path.forced(a, b, cube=False), sync, warmup, repeat)
+        try:
+            row["int8_cube_ms"] = _median_ms(lambda: path.forced(a, b, cube=True), sync, warmup, repeat)
+            row["equal"] = bool(torch.equal(path.forced(a, b, cube=True).cpu(),
+                                            path.forced(a, b, cube=False).cpu()))
+        except Exception as exc:  # an op-plugin before 7.0.0 refuses int32 output
+            row["int8_cube"] = "refused: %s: %s" % (type(exc).__name__, str(exc).splitlines()[0][:120])
+        rows.append(row)
+    return rows
+
+
+def _print_int_mm_table(rows: List[Dict[str, Any]], emulated: Optional[str]) -> None:
+    print("")
+    print("| _int_mm M | K | N | fp32 K-chunks ms | INT8 cube ms | speed-up | bit-equal |")
+    print("|---:|---:|---:|---:|---:|---:|---|")
+    for r in rows:
+        if "int8_cube_ms" in r:
+            print("| %d | %d | %d | %.3f | %.3f | %.2fx%s | %s |" % (
+                r["M"], r["K"], r["N"], r["fp32_chunks_ms"], r["int8_cube_ms"],
+                r["fp32_chunks_ms"] / r["int8_cube_ms"], " (emulated)" if emulated else "", r["equal"]))
+        else:
+            print("| %d | %d | %d | %.3f | %s | | |" % (r["M"], r["K"], r["N"], r["fp32_chunks_ms"],
+                                                     r["int8_cube"]))
 
 
 def _print_device_table(result: Dict[str, Any]) -> None:
@@ -193,6 +239,8 @@ def _print_device_table(result: Dict[str, Any]) -> None:
     for r in result["rows"]:
         print("| %s | %d | %d | %d | %.3f | %.3f | %.2fx |" % (
             r["layer"], r["M"], r["K"], r["N"], r["bf16_ms"], r["int8_ms"], r["speedup"]))
+    if result.get("int_mm"):
+        _print_int_mm_table(result["int_mm"], emulated)
     print("median of %d run%s after %d warm-up, %s" % (
         result["repeat"], "" if result["repeat"] == 1 else "s", result["warmup"],
         "on the emulated device (not an NPU)" if emulated else "device synchronised"))

@@ -163,6 +163,9 @@ def collect(imports_asked):
     modules = _patch_modules()
     imports = import_all(imports_asked, modules, lambda: _engine_status(ascend_shim))
     machine = hardware.see()  # imports torch_npu where it exists: its patches decide now
+    int_mm = sys.modules.get("ascend_shim.aten.int_mm")
+    if machine["npu"] and int_mm is not None:
+        int_mm.REGISTRATION.decide_now()  # which arithmetic serves _int_mm: its one probe call
     data = _engine_status(ascend_shim)
     shim = data.get("shim") or {}
     context = {
@@ -344,6 +347,9 @@ def _int8_lines(int8, w4a8=None, int_mm=None, kitchen_in_use=None):
             w4a8.get("npu_quant", 0), w4a8.get("float_path", 0)))
     if int_mm and int_mm.get("registered"):
         lines.append("  torch._int_mm on the NPU: served by the shim (%s calls)" % int_mm.get("calls", 0))
+        if int_mm.get("why"):
+            lines.append(fill("by %s: %s" % (int_mm["path"], int_mm["why"]) if int_mm.get("path")
+                              else "arithmetic %s" % int_mm["why"], 6, "    "))
     elif int_mm and int_mm.get("note"):
         lines.append("  torch._int_mm on the NPU: %s" % int_mm["note"])
     return lines

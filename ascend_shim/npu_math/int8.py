@@ -214,3 +214,75 @@ def exact_int_mm(a, b):
             partial = torch.mm(a32[:, start:stop], b[start:stop].to(torch.float32)).to(torch.int32)
             out = partial if out is None else out.add_(partial)
     return out
+
+
+# -- exact integer matmul on the INT8 cube (``npu_quant_matmul`` int32 output) -
+
+def dimension_spans(size: int, limit: int = MAX_QUANT_MATMUL_DIM) -> list:
+    """``[(start, stop)]`` covering ``range(size)`` in the fewest pieces of at most ``limit``.
+
+    Pieces are equal to within one, so no piece is a sliver.
+    """
+    if limit < 1:
+        raise ValueError("limit must be positive, got %d" % limit)
+    pieces = max(1, -(-size // limit))
+    spans, start = [], 0
+    for index in range(pieces):
+        stop = start + size // pieces + (1 if index < size % pieces else 0)
+        spans.append((start, stop))
+        start = stop
+    return spans
+
+
+def quant_int_mm(a, b, ops, unit_scale, limit: int = MAX_QUANT_MATMUL_DIM):
+    """Exact ``a[M,K] @ b[K,N]`` (both int8) -> int32 with ``npu_quant_matmul``.
+
+    int32 output with a scale of ones (op-plugin 7.0.0+) is the int32
+    accumulator itself. x1's last dimension (K) and x2's (N) may not exceed
+    ``limit``: N is split into column blocks, K into pieces whose int32
+    partials are added in int32 (each piece's |sum| < 65535 * 2**14 < 2**31,
+    and the sum of pieces wraps as CPU ``_int_mm``'s int32 accumulator does).
+    One op call when K and N fit.
+    """
+    m, k = a.shape
+    n = b.shape[1]
+    if m == 0 or n == 0 or k == 0:  # the op refuses empty matrices; the product is all zeros
+        return torch.zeros((m, n), dtype=torch.int32, device=a.device)
+    blocks: list = []
+    for n0, n1 in dimension_spans(n, limit):
+        acc = None
+        for k0, k1 in dimension_spans(k, limit):
+            x2 = b if (k1 - k0, n1 - n0) == (k, n) else b[k0:k1, n0:n1]
+            x1 = a if k1 - k0 == k else a[:, k0:k1]
+            part = ops.npu_quant_matmul(x1, x2, unit_scale, output_dtype=torch.int32)
+            acc = part if acc is None else acc.add_(part)
+        blocks.append(acc)
+    return blocks[0] if len(blocks) == 1 else torch.cat(blocks, dim=1)
+
+
+# The probe's K: beyond one fp32-exact chunk, so partial sums pass 2**24.
+PROBE_K = 1100
+
+
+def int32_probe_operands():
+    """``(a [2, K], b [K, 3], want)`` on the CPU: a small product only an exact int32 path gets right.
+
+    Column 0 of ``a @ b``: 1099 products of -128 * -128 plus 1 = 18006017, odd
+    and above 2**24 (fp32 rounds it, bf16/fp16 lose it, int8 saturates).
+    Column 1: -128 * 127 products plus 127, a negative odd sum of the same size.
+    Column 2: small mixed values, so swapped rows or columns show. ``b`` is
+    a ``.t()`` view, as comfy-kitchen passes weights. ``want`` is computed in
+    int64 on the CPU, independently of ``_int_mm``.
+    """
+    k = PROBE_K
+    a = torch.full((2, k), -128, dtype=torch.int8)
+    a[0, -1] = 1
+    a[1] = torch.arange(k, dtype=torch.int64).remainder(255).sub(127).to(torch.int8)
+    rows = torch.empty((3, k), dtype=torch.int8)
+    rows[0] = -128
+    rows[0, -1] = 1
+    rows[1] = 127
+    rows[2] = torch.arange(k, dtype=torch.int64).remainder(7).sub(3).to(torch.int8)
+    b = rows.t()
+    want = (a.to(torch.int64) @ b.to(torch.int64)).to(torch.int32)
+    return a, b, want

@@ -2,8 +2,10 @@
 
 torch_npu has no ``_int_mm`` kernel, so comfy-kitchen's eager INT8 paths
 (``int8_linear``, ``mm_int8``, W4A8), ComfyUI and custom nodes reach its CPU
-fallback. The patch registers the shim's exact on-device kernel for the NPU's
-dispatch key when torch_npu loads, unless torch_npu has its own.
+fallback. The patch installs the shim's exact on-device kernel
+(``int_mm.REGISTRATION``) for the NPU's dispatch key when torch_npu loads,
+unless torch_npu has its own; the kernel's first call decides between the
+INT8 cube and fp32 K-chunks (``aten/int_mm_path.py``).
 
 It is the safety net under every INT8 policy: ``ASCEND_SHIM_INT8`` only
 orders comfy-kitchen's backends (``off`` registers none, so eager runs and
@@ -22,25 +24,25 @@ def guard(torch_npu):
         return reason
     from ascend_shim.aten import int_mm
 
-    return int_mm.served_elsewhere()
+    return int_mm.REGISTRATION.served_elsewhere()
 
 
 def apply(changes, torch_npu):
     from ascend_shim.aten import int_mm
 
-    changes.note(int_mm.register())
+    changes.note(int_mm.REGISTRATION.install(torch_npu))
 
 
 def remove(torch_npu):
     from ascend_shim.aten import int_mm
 
-    int_mm.deregister()
+    int_mm.REGISTRATION.uninstall()
 
 
 PATCH = Patch(
     name="int_mm",
     target="torch_npu",
-    summary="exact aten::_int_mm kernel on the NPU instead of torch_npu's CPU fallback",
+    summary="exact aten::_int_mm kernel on the NPU (INT8 cube where exact) instead of torch_npu's CPU fallback",
     guard=guard,
     apply=apply,
     remove=remove,

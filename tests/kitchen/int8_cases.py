@@ -54,6 +54,11 @@ def device_log():
     return torch_npu._testbed
 
 
+def int_mm_cube_calls(log):
+    """``npu_quant_matmul`` calls with int32 output: the shim's ``_int_mm`` kernel (and its probe)."""
+    return sum(1 for r in log.records if r.op == "npu_quant_matmul" and r.options.get("output_dtype") == torch.int32)
+
+
 def quantize_weight(w, per_channel):
     """Symmetric int8 weight and its fp32 scale, stored like ComfyUI: () or [N, 1]."""
     if per_channel:
@@ -170,7 +175,9 @@ def measure(name, call, ref=None, weight=None, backend_kwargs=None, double=None,
     quant_after, fallback_after, eager_after = counters()
     record.update(
         dynamic_quant=log.calls["npu_dynamic_quant"],
-        quant_matmul=log.calls["npu_quant_matmul"],
+        # INT8 linear calls apart from eager's _int_mm on the shim's INT8-cube path (int32 output)
+        quant_matmul=log.calls["npu_quant_matmul"] - int_mm_cube_calls(log),
+        int_mm_cube=int_mm_cube_calls(log),
         cpu_fallbacks=sorted(npu_device.cpu_fallbacks()),
         served_npu_quant=quant_after - quant_before,
         served_fallback=fallback_after - fallback_before,

@@ -198,12 +198,35 @@ class _Checks:
         b = torch.full((k, n), -128, dtype=torch.int8)
         a[1], b[:, 1] = rand_i8(k), rand_i8(k)
         ref = a.long() @ b.long()  # 4096*128*128 = 2**26: beyond fp32's exact range
+        a[2, -1] = 1  # odd sums past 2**24: only an exact int32 accumulator keeps them
+        b[-1, 2] = 1
+        ref = a.long() @ b.long()
+        assert ref[2, 2] % 2 == 1 and ref[2, 2] > 2**24
         one = npu(torch.ones(1))
         out = qmm(npu(a), npu(b), one, output_dtype=torch.int32)
         assert out.dtype == torch.int32 and out.cpu().long().equal(ref)
         # acc -> fp32 first, then the scale: ref rounded to fp32, times 0.5 exactly
         out = qmm(npu(a), npu(b), npu(torch.tensor([0.5])), output_dtype=torch.bfloat16)
         assert out.cpu().equal((ref.float() * 0.5).to(torch.bfloat16))
+
+    def test_quant_matmul_int32_output_modes(self, monkeypatch):
+        k = 1100
+        a = torch.full((1, k), -128, dtype=torch.int8)
+        b = torch.full((k, 2), -128, dtype=torch.int8)
+        a[0, -1], b[-1, 0] = 1, 1
+        ref = (a.long() @ b.long()).int()  # 1099 * 2**14 + 1: odd, past 2**24
+        one = npu(torch.ones(1))
+        call = lambda: qmm(npu(a), npu(b), one, output_dtype=torch.int32)  # noqa: E731
+        assert call().cpu().equal(ref)
+        monkeypatch.setenv("TESTBED_QMM_INT32", "fp32-rounded")
+        assert call().cpu().equal(ref.float().round().int()) and not call().cpu().equal(ref)
+        monkeypatch.setenv("TESTBED_QMM_INT32", "refused")
+        with pytest.raises(RuntimeError, match="output_dtype must be float16, bfloat16 or int8"):
+            call()
+        assert qmm(npu(a), npu(b), one, output_dtype=torch.bfloat16).dtype == torch.bfloat16
+        monkeypatch.setenv("TESTBED_QMM_INT32", "nonsense")
+        with pytest.raises(ValueError, match="TESTBED_QMM_INT32"):
+            call()
 
     def test_quant_matmul_scale_order_and_pertoken(self):
         torch.manual_seed(2)
@@ -280,6 +303,7 @@ class _Checks:
             (lambda: qmm(x1, x2, s32, bias=npu(torch.ones(n, dtype=fp16)), output_dtype=bf16), "bias"),
             (lambda: qmm(x1, x2, s32, bias=npu(torch.ones(n + 1)), output_dtype=bf16), "bias must have shape"),
             (lambda: qmm(x1, x2, s32, output_dtype=torch.float32), "output_dtype"),
+            (lambda: qmm(x1, x2, s32, pertoken_scale=tok, output_dtype=torch.int32), "requires float16 or"),
             (lambda: qmm(x1, x2.cpu(), s32, output_dtype=bf16), "x2 is on cpu"),
             (lambda: qmm(x1, x2, torch.ones(n), output_dtype=bf16), "scale is on cpu"),
         ]
@@ -299,6 +323,11 @@ class _Checks:
         monkeypatch.setenv("TESTBED_QMM_MAX_DIM", "8")
         with pytest.raises(RuntimeError, match="<= 8"):
             qmm(x1, x2, s32, output_dtype=bf16)
+        monkeypatch.setenv("TESTBED_QMM_MAX_DIM", "65535")  # the real op's limit, on x1's and x2's last dims
+        with pytest.raises(RuntimeError, match="<= 65535"):
+            qmm(npu(rand_i8(1, 65536)), npu(rand_i8(65536, 2)), npu(torch.ones(1)), output_dtype=torch.int32)
+        with pytest.raises(RuntimeError, match="<= 65535"):
+            qmm(npu(rand_i8(1, 4)), npu(rand_i8(4, 65536)), npu(torch.ones(1)), output_dtype=torch.int32)
 
     # ---------------------------------------------------------------- accounting
     def test_accounting_and_zero_cost(self):

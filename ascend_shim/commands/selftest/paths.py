@@ -13,6 +13,7 @@
 Each returns a list of check results, empty when this shim or kitchen lacks the path.
 """
 
+import sys
 from typing import Any, Callable
 
 import torch
@@ -34,6 +35,8 @@ def int_mm_kernel() -> str:
 
 def int_mm_checks(device: torch.device, backend: Int8Backend) -> list[dict]:
     """``torch._int_mm`` on the device, bit-exact against CPU ``torch._int_mm``."""
+    from ascend_shim.aten import int_mm
+
     served_by = int_mm_kernel()
     settings = getattr(torch.npu, "matmul", None)  # type: ignore[attr-defined]  # torch_npu's
     flags = (False, True) if hasattr(settings, "allow_hf32") else (None,)
@@ -45,6 +48,7 @@ def int_mm_checks(device: torch.device, backend: Int8Backend) -> list[dict]:
             expected = torch._int_mm(a, b)
             for hf32 in flags:
                 results.append(int_mm_case(spec[0], a, b, expected, device, settings, hf32, served_by))
+        results.append(int_mm.paths_check(device, sys.modules.get("torch_npu")))  # both paths, bit for bit
     finally:
         if settings is not None and user is not None:
             settings.allow_hf32 = user

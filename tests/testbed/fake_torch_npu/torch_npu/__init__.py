@@ -14,7 +14,8 @@ TESTBED_TORCH_NPU_DEVICE_CONFLICT=1  on a CUDA-build torch raise like torch_npu
 TESTBED_CANN_VERSION            utils.collect_env.get_cann_version()
 TESTBED_NPU_NAME                the SoC (default Ascend910B3); float8 npu tensors
                                 exist only on an Ascend950* (Atlas A5), as in torch_npu
-At call time: TESTBED_QMM_MAX_DIM (default 65535), TORCH_NPU_FALLBACK_CPU_DISABLE.
+At call time: TESTBED_QMM_MAX_DIM (default 65535), TESTBED_QMM_INT32 (what int32 output
+does: exact | refused | fp32-rounded, see _ops.INT32_OUTPUT), TORCH_NPU_FALLBACK_CPU_DISABLE.
 """
 
 import os as _os

@@ -53,6 +53,23 @@ CORRUPTIONS = {
 }
 
 
+# What int32 output (``output_dtype=torch.int32``) does; ``TESTBED_QMM_INT32``, read at every call.
+INT32_OUTPUT = {
+    "exact": "op-plugin 7.0.0+ on Atlas A2: the int32 accumulator times the scale, exact with a unit "
+             "scale (the vendor's test compares it with an exact int32 matmul)",
+    "refused": "an op-plugin before 7.0.0: output_dtype must be float16, bfloat16 or int8",
+    "fp32-rounded": "an op that dequantises the accumulator in fp32 before the int32 cast: exact "
+                    "only below 2**24",
+}
+
+
+def _int32_output() -> str:
+    mode = os.environ.get("TESTBED_QMM_INT32", "exact")
+    if mode not in INT32_OUTPUT:
+        raise ValueError(f"TESTBED_QMM_INT32: unknown mode {mode!r}; known: {sorted(INT32_OUTPUT)}")
+    return mode
+
+
 def _corruptions() -> frozenset:
     names = {n.strip() for n in os.environ.get("TESTBED_QMM_CORRUPT", "").split(",") if n.strip()}
     unknown = sorted(names - set(CORRUPTIONS))
@@ -251,6 +268,9 @@ def npu_quant_matmul(
     # dtypes
     if x1.dtype != torch.int8 or x2.dtype != torch.int8:
         raise _testbed.reject(op, f"x1 and x2 must be int8, got {x1.dtype} and {x2.dtype}")
+    int32_mode = _int32_output()
+    if int32_mode == "refused" and out_dtype not in (torch.float16, torch.bfloat16, torch.int8):
+        raise _testbed.reject(op, f"output_dtype must be float16, bfloat16 or int8, got {out_dtype}")
     if out_dtype not in (torch.float16, torch.bfloat16, torch.int8, torch.int32):
         raise _testbed.reject(op, f"output_dtype must be float16, bfloat16, int8 or int32, got {out_dtype}")
     # shapes
@@ -358,9 +378,13 @@ def npu_quant_matmul(
         acc = _exact_int_matmul(a, b)
         if bias is not None and bias.dtype == torch.int32:
             acc = acc + u(bias).double()
-        out = acc.float()  # int32 -> fp32 first, then scale (FACTS §4.5)
         s = u(scale)
         s = _decode_int64_scale(s) if s.dtype == torch.int64 else s.float()
+        if out_dtype == torch.int32 and int32_mode == "exact":
+            # the accumulator itself, scaled in float64: bit exact with a unit scale
+            exact = acc * s.double()
+            return _out(torch.round(exact).clamp_(*_INT32_RANGE).to(torch.int32).contiguous(), index)
+        out = acc.float()  # int32 -> fp32 first, then scale (FACTS §4.5)
         if "per_channel_scale_first" in defects and s.numel() > 1:
             s = s[:1]
         out = out * s
