@@ -59,31 +59,34 @@ _fused_dtypes: Optional[tuple] = None
 
 
 def _dtypes() -> tuple:
+    """(fp16, bf16, fp32), bool: torch is imported by the time SDPA is called."""
     global _fused_dtypes
     if _fused_dtypes is None:
         import torch
 
-        _fused_dtypes = (torch.float16, torch.bfloat16, torch.float32, torch.bool)
+        _fused_dtypes = ((torch.float16, torch.bfloat16, torch.float32), torch.bool)
     return _fused_dtypes
 
 
 def unmet(q: Any, k: Any, v: Any, mask: Any) -> Optional[str]:
     """The first fused-kernel condition these SDPA arguments miss, or None."""
-    dtypes = _fused_dtypes or _dtypes()
-    if q.dtype not in dtypes[:3]:
+    floats, boolean = _fused_dtypes or _dtypes()
+    dtype = q.dtype
+    if dtype not in floats:
         return DTYPE
-    if mask is not None and mask.dtype is not dtypes[3]:
+    if mask is not None and mask.dtype is not boolean:
         return FLOAT_MASK
-    if q.dim() != 4 or k.dim() != 4 or v.dim() != 4:
+    q_shape, k_shape = q.shape, k.shape
+    if len(q_shape) != 4 or len(k_shape) != 4 or v.dim() != 4:
         return NOT_4D
-    heads, kv_heads, head_dim = q.shape[1], k.shape[1], q.shape[3]
+    heads, kv_heads, head_dim = q_shape[1], k_shape[1], q_shape[3]
     if head_dim > HEAD_DIM_LIMIT:
         return HEAD_DIM
     if heads > HEADS_LIMIT or kv_heads > HEADS_LIMIT:
         return HEADS
     if kv_heads == 0 or heads % kv_heads:
         return GQA
-    if head_dim % 4 and q.dtype is dtypes[2]:
+    if head_dim % 4 and dtype is floats[2]:
         return FP32_HEAD_DIM
     return None
 
