@@ -67,6 +67,17 @@ def test_only_a_zero_and_neg_inf_mask_with_a_zero_per_row_becomes_bool():
     assert account.exact_bool_mask(mask.float(), q) is None  # SDPA refuses the mix; torch says so
 
 
+@pytest.mark.parametrize("shape, full", [
+    ((2, 4, 8, 8), True), ((2, 1, 8, 8), True), ((1, 1, 8, 8), True), ((8, 8), True),
+    ((1, 4, 8, 8), False), ((2, 1, 1, 8), False), ((2, 8, 8), False), ((2, 2, 8, 8), False),
+    ((2, 1, 8, 1), False),
+])
+def test_only_masks_of_the_fused_kernels_shapes_are_converted(shape, full):
+    # npu_fusion_attention's atten_mask: BNSS, B1SS, 11SS or SS, here B=2, N=4, S=8
+    q, k = (torch.zeros(2, 4, 8, 64) for _ in range(2))
+    assert account.full_mask_shape(torch.zeros(shape), q, k) is full
+
+
 def test_a_yes_is_not_served_after_the_mask_changes_in_place():
     q = qkv()[0]
     mask = padding_mask()

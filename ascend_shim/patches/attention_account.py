@@ -17,7 +17,8 @@ with a 0 in every query row, is exactly the bool mask ``mask == 0`` (masked
 entries get weight exactly 0 either way; a row with no 0 would be all -inf,
 NaN in the math path, and is left alone): it is handed to SDPA as that bool
 mask, so the call takes the fused kernel. Telling needs the values, so one host
-sync per check. Verdicts are kept per mask tensor (a weak reference, its view
+sync per check; only masks of a shape the fused kernel documents are checked.
+Verdicts are kept per mask tensor (a weak reference, its view
 geometry and version counter): a "no" is never re-checked (stale, it only
 misses a conversion), a "yes" is reused while the version counter says the
 mask is unchanged. Inference tensors have no version counter, so a "yes" on one
@@ -105,6 +106,20 @@ def _forget(key: tuple) -> Any:
     return callback
 
 
+def full_mask_shape(mask: Any, q: Any, k: Any) -> bool:
+    """Whether the mask has a shape npu_fusion_attention documents for atten_mask: BNSS,
+    B1SS, 11SS or SS. Broadcast masks such as (B, 1, 1, S2) are valid for SDPA but not
+    converted: as bool they would reach the fused kernel, which refuses them ("unsupported
+    atten_mask shape", diffusers #13490), where the math path takes the float mask."""
+    shape, rows, keys = mask.shape, q.shape[2], k.shape[2]
+    if len(shape) == 2:
+        return shape[0] == rows and shape[1] == keys
+    if len(shape) != 4 or shape[2] != rows or shape[3] != keys:
+        return False
+    batch, heads = q.shape[0], q.shape[1]
+    return (shape[0], shape[1]) in ((batch, heads), (batch, 1), (1, 1))
+
+
 def exact_bool_mask(mask: Any, q: Any) -> Optional[Any]:
     """``mask == 0`` where that is exactly the float mask's meaning, else None."""
     if mask.dtype != q.dtype:
@@ -149,7 +164,7 @@ def _account(ops: Any, wrapped: Any, instance: Any, args: tuple, kwargs: dict) -
     mask = kwargs.get("attn_mask") if in_kwargs else args[3]
     try:
         reason = unmet(q, k, v, mask)
-        if reason == FLOAT_MASK and unmet(q, k, v, None) is None:
+        if reason == FLOAT_MASK and unmet(q, k, v, None) is None and full_mask_shape(mask, q, k):
             twin = exact_bool_mask(mask, q)
             if twin is not None:
                 reason, mask = CONVERTED, twin
