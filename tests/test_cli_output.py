@@ -124,9 +124,16 @@ def test_bench_default_run_on_the_emulated_npu_is_short_and_says_so(bed_python, 
     assert out[0].startswith("EMULATED NPU: its tensors are testbed.npu_device.NpuTensor")
     assert "speed-ups say nothing about a 910B" in out[0]
     assert "| speed-up (emulated) |" in out[1]
-    rows = [line for line in out if line.startswith("| ") and "layer" not in line]
+    end = out.index("median of 1 run after 0 warm-up, on the emulated device (not an NPU)")
+    rows = [line for line in out[:end] if line.startswith("| ") and "layer" not in line]
     assert len(rows) == len(bench.LAYERS) and all(" | 256 | " in row for row in rows)
-    assert out[-1] == "median of 1 run after 0 warm-up, on the emulated device (not an NPU)"
+    # the INT8 weight as .t() view, contiguous and NZ side by side, a table to paste into an issue
+    layouts = out[end + 1:]
+    assert layouts[:3] == ["", "INT8 weight layout, npu_quant_matmul alone, ms (emulated):",
+                           "| layer | M | K | N | %s |" % " | ".join(bench.WEIGHT_LAYOUTS)]
+    cells = [line.split(" | ")[4:] for line in layouts[4:]]
+    assert len(cells) == len(bench.LAYERS)
+    assert all(re.fullmatch(r"\d+\.\d{3}", cell.strip(" |")) for row in cells for cell in row), layouts
     assert "device synchronised" not in proc.stdout
     progress = [line for line in proc.stderr.splitlines() if line.startswith("bench: ")]
     assert progress[0] == "bench: 1/4 attention out M=256 K=3840 N=3840"

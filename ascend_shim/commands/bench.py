@@ -4,6 +4,11 @@ On an NPU it also times the two arithmetics of the shim's ``_int_mm`` kernel
 side by side: the INT8 cube (``npu_quant_matmul`` int32 output) and fp32
 GEMMs over K-chunks, and says whether they agree bit for bit.
 
+It also times npu_quant_matmul alone with the INT8 weight as its
+``.t()`` view (what the shim passes), contiguous, and cast to FRACTAL_NZ
+(``npu_format_cast(w, 29)``, vllm-ascend's default), side by side: nothing
+changes by default, the table is for a user to measure and paste.
+
 Layer shapes follow the real layers measured in comfy-kitchen PR #153
 (Z-Image Turbo, M=8352) plus a small M. Each timing: warm-up, then
 ``repeat`` runs with device synchronisation, median in ms. Without an NPU
@@ -229,6 +234,60 @@ def _print_int_mm_table(rows: List[Dict[str, Any]], emulated: Optional[str]) -> 
                                                      r["int8_cube"]))
 
 
+WEIGHT_LAYOUTS = (".t() view (the shim's)", "contiguous (K, N)", "NZ (npu_format_cast 29)")
+NZ_FORMAT = 29  # ACL_FORMAT_FRACTAL_NZ
+
+
+def _layout_weights(weight: Any, ops: Any) -> List[Tuple[str, Any]]:
+    """The INT8 weight [N, K] as npu_quant_matmul's x2 in each layout; a cast that fails says why."""
+    contiguous = weight.t().contiguous()
+    try:
+        nz = ops.npu_format_cast(contiguous.clone(), NZ_FORMAT)
+    except Exception as exc:  # an old torch_npu, or a format this build refuses
+        nz = "%s: %s" % (type(exc).__name__, str(exc).splitlines()[0] if str(exc) else "")
+    return list(zip(WEIGHT_LAYOUTS, (weight.t(), contiguous, nz)))
+
+
+def weight_layouts(m_values: List[int], repeat: int, warmup: int, setup: Tuple[Any, ...]) -> List[Dict[str, Any]]:
+    """npu_quant_matmul alone (activations quantized beforehand) per INT8 weight layout.
+
+    The shim passes the weight as its ``.t()`` view (no copy); vllm-ascend stores it
+    contiguous and cast to FRACTAL_NZ. Nothing changes by default: this only times them.
+    """
+    import torch
+
+    from ascend_shim.npu_math import int8 as int8_math
+
+    device, ops, sync, _emulated = setup
+    rows: List[Dict[str, Any]] = []
+    for name, k, n in LAYERS:
+        weight = torch.randint(-127, 128, (n, k), dtype=torch.int8).to(device)
+        scale = int8_math.flat_weight_scale(torch.rand(n, 1, dtype=torch.float32).to(device) / 100)
+        layouts = _layout_weights(weight, ops)
+        for m in m_values:
+            x_q, x_scale = ops.npu_dynamic_quant(torch.randn(m, k, dtype=torch.bfloat16).to(device))
+            row: Dict[str, Any] = {"layer": name, "M": m, "K": k, "N": n}
+            for label, x2 in layouts:
+                if isinstance(x2, str):
+                    row[label] = x2
+                    continue
+                row[label] = _median_ms(lambda: ops.npu_quant_matmul(
+                    x_q, x2, scale, pertoken_scale=x_scale.reshape(-1), output_dtype=torch.bfloat16),
+                    sync, warmup, repeat)
+            rows.append(row)
+    return rows
+
+
+def _print_layout_table(rows: List[Dict[str, Any]], emulated: Optional[str]) -> None:
+    print("")
+    print("INT8 weight layout, npu_quant_matmul alone, ms%s:" % (" (emulated)" if emulated else ""))
+    print("| layer | M | K | N | %s |" % " | ".join(WEIGHT_LAYOUTS))
+    print("|---|---:|---:|---:|%s" % ("---:|" * len(WEIGHT_LAYOUTS)))
+    for r in rows:
+        cells = [("%.3f" % r[label]) if isinstance(r[label], float) else r[label] for label in WEIGHT_LAYOUTS]
+        print("| %s | %d | %d | %d | %s |" % (r["layer"], r["M"], r["K"], r["N"], " | ".join(cells)))
+
+
 def _print_device_table(result: Dict[str, Any]) -> None:
     emulated = result["emulated"]
     if emulated:
@@ -276,11 +335,14 @@ def main(options: Any) -> int:
         _output.write("bench: %s" % refused)
         return USAGE
     result = run(m_values, repeat, warmup, setup, reason)
+    if result["npu"]:
+        result["weight_layouts"] = weight_layouts(m_values, repeat, warmup, setup)
     if options.json:
         _json_report.emit(result)
         return 0 if result["npu"] else NO_NPU
     if result["npu"]:
         _print_device_table(result)
+        _print_layout_table(result["weight_layouts"], result["emulated"])
         return 0
     print("no NPU here (%s): host overhead only, device kernels excluded" % result["reason"])
     print("| layer | M | K | N | host ms per call |")

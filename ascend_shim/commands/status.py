@@ -308,6 +308,7 @@ def render(data, verbose):
     out.extend(_int8_lines(data.get("int8") or {}, data.get("w4a8"), data.get("int_mm"),
                            data.get("kitchen_in_use")))
     out.extend(_fp8_line(data.get("fp8")))
+    out.extend(_attention_lines(data.get("attention")))
     from ascend_shim.engine.fallback_report import status_lines
 
     npu = (data.get("machine") or {}).get("npu")
@@ -361,6 +362,17 @@ def _fp8_line(fp8):
         return []
     form = fp8.get("form") or "kept as float8"
     return ["fp8 weights: %s%s" % (form, " (%s)" % fp8["why"] if fp8.get("why") else "")]
+
+
+def _attention_lines(attention):
+    """This process's SDPA calls on the NPU, by fused-kernel condition (patches/attention_account)."""
+    if not attention or not attention.get("calls"):
+        return []
+    from ascend_shim.patches.attention_account import summary
+
+    lines = [fill("attention: %s" % summary(attention["by_reason"]), 2)]
+    lines.extend("  first %s: %s" % (reason, shapes) for reason, shapes in sorted(attention["examples"].items()))
+    return lines
 
 
 def main(options):

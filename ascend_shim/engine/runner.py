@@ -273,6 +273,7 @@ def status() -> dict:
     int_mm = sys.modules.get("ascend_shim.aten.int_mm")
     w4a8 = sys.modules.get("ascend_shim.kitchen.w4a8")
     fp8 = sys.modules.get("ascend_shim.patches.fp8_effective")
+    attention = sys.modules.get("ascend_shim.patches.attention_account")
     return {
         "shim": {
             "version": ascend_shim.__version__,
@@ -288,5 +289,6 @@ def status() -> dict:
         "w4a8": w4a8.report() if w4a8 else None,
         "int_mm": int_mm.report() if int_mm else None,
         "fp8": fp8.report() if fp8 else None,
+        "attention": attention.report() if attention else None,
         "cpu_fallbacks": fallback_report.report(),
     }

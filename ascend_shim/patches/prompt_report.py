@@ -1,5 +1,7 @@
 """After each ComfyUI prompt, log any op the shim newly saw fall back to the CPU
-(only fallback warnings that reach Python: see fallback_report)."""
+(only fallback warnings that reach Python: see fallback_report), and the
+prompt's attention account (patches/attention_account.py) where it made SDPA
+calls on the NPU."""
 
 import logging
 
@@ -27,6 +29,11 @@ def _report_after(execution, wrapped, instance, args, kwargs):
             log.warning(
                 "these ops ran on the CPU instead of the NPU: %s "
                 "(see 'python -m ascend_shim status')", ", ".join(new))
+        from ascend_shim.patches import attention_account
+
+        line = attention_account.take_prompt_line()
+        if line:
+            log.info(line)
 
 
 def apply(changes, execution):

@@ -100,12 +100,17 @@ if "ascend_shim.engine.runner" in sys.modules:
     report["shim"] = {row["name"]: row["state"] for row in ascend_shim.status()["patches"]}
 
 
+ACCOUNT = "ascend_shim.patches.attention_account"
+
+
 def reset_counters():
     if on_npu:
         import torch_npu
 
         torch_npu._testbed.reset()
         npu_device.reset_cpu_fallbacks()
+    if ACCOUNT in sys.modules:
+        sys.modules[ACCOUNT].take_prompt_line()  # a new "prompt": the account's per-prompt count restarts
 
 
 def counters():
@@ -113,7 +118,10 @@ def counters():
         return {}
     import torch_npu
 
+    account = sys.modules.get(ACCOUNT)
     return {"fallbacks": dict(npu_device.cpu_fallbacks()),
+            "sdpa_paths": dict(torch_npu._testbed.sdpa_paths),
+            "attention_line": account.take_prompt_line() if account else None,
             "quant_matmul": torch_npu._testbed.calls["npu_quant_matmul"],
             "dynamic_quant": torch_npu._testbed.calls["npu_dynamic_quant"],
             "errors": [list(e) for e in torch_npu._testbed.errors][:5]}

@@ -145,6 +145,20 @@ def test_shim_samples_every_variant_on_the_npu(leg, arch):
 
 
 @pytest.mark.parametrize("arch", ARCHS)
+def test_attention_account_matches_the_path_torch_npu_took(leg, arch):
+    # both models call SDPA with no mask in bf16: every call reaches the fused kernel,
+    # and the after-prompt line says so with the bed's own count
+    for variant in VARIANTS + ("int8_lora",):
+        counters = leg("shim", arch)["variants"][variant]["counters"]
+        paths = counters["sdpa_paths"]
+        print("%s %s: %s; %s" % (arch, variant, paths, counters["attention_line"]))
+        assert paths.get("math", 0) == 0 and paths["fused"] > 0, (variant, paths)
+        assert counters["attention_line"] == (
+            "attention: %d of %d SDPA calls on the NPU took torch_npu's fused kernel" % (
+                paths["fused"], paths["fused"])), (variant, counters)
+
+
+@pytest.mark.parametrize("arch", ARCHS)
 @pytest.mark.parametrize("variant", ["int8", "w4a8", "int8_lora"])
 def test_int8_and_w4a8_layers_run_on_the_npu_quant_ops(leg, arch, variant):
     report = leg("shim", arch)

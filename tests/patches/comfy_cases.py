@@ -103,6 +103,61 @@ def int8_layer():
             "quant_matmul": torch_npu._testbed.calls["npu_quant_matmul"]}
 
 
+def attention_paths():
+    """ComfyUI's attention_pytorch on NPU tensors, as a prompt runs it (inference mode): the path
+    torch_npu's SDPA took per case, the shim's account, and each output against the CPU's."""
+    import torch_npu
+
+    from comfy.ldm.modules import attention
+
+    def qkv(dtype, head_dim):
+        g = torch.Generator().manual_seed(head_dim)
+        return [torch.randn(1, 4, 16, head_dim, generator=g).to(dtype) for _ in range(3)]
+
+    padding = torch.zeros(1, 1, 16, 16)
+    padding[..., 12:] = float("-inf")  # the last 4 keys are padding
+    finite = padding.clamp(min=-torch.finfo(torch.bfloat16).max)  # CLIP's -finfo.max, not -inf
+    dead_row = padding.clone()
+    dead_row[..., 3, :] = float("-inf")
+    cases = {
+        "no_mask": (qkv(torch.bfloat16, 64), None),
+        "neg_inf_mask": (qkv(torch.bfloat16, 64), padding.to(torch.bfloat16)),
+        "neg_inf_mask_again": (qkv(torch.bfloat16, 64), padding.to(torch.bfloat16)),
+        "finfo_mask": (qkv(torch.bfloat16, 64), finite.to(torch.bfloat16)),
+        "masked_out_row": (qkv(torch.bfloat16, 64), dead_row.to(torch.bfloat16)),
+        "bool_mask": (qkv(torch.bfloat16, 64), padding == 0),
+        "head_dim_576": (qkv(torch.bfloat16, 576), None),
+        "fp32_head_dim_30": (qkv(torch.float32, 30), None),
+    }
+    paths, close = {}, {}
+    with torch.inference_mode():
+        npu_masks = {}
+        for name, ((q, k, v), mask) in cases.items():
+            on_npu = [t.to("npu") for t in (q, k, v)]
+            if mask is not None:  # "again" reuses the same device mask, as a text encoder's layers do
+                npu_masks.setdefault(name.removesuffix("_again"), mask.to("npu"))
+            device_mask = None if mask is None else npu_masks[name.removesuffix("_again")]
+            before = dict(torch_npu._testbed.sdpa_paths)
+            try:
+                out = attention.attention_pytorch(*on_npu, q.shape[1], mask=device_mask, skip_reshape=True,
+                                                  skip_output_reshape=True)
+            except BaseException as exc:
+                paths[name] = "error: %s: %s" % (type(exc).__name__, exc)
+                continue
+            after = torch_npu._testbed.sdpa_paths
+            paths[name] = [p for p in ("fused", "math") if after[p] != before.get(p, 0)]
+            reference_mask = mask if mask is None or mask.dtype == torch.bool else mask.float()
+            want = torch.nn.functional.scaled_dot_product_attention(q.float(), k.float(), v.float(),
+                                                                    attn_mask=reference_mask)
+            got = out.cpu().float()
+            close[name] = bool(torch.equal(got.isnan(), want.isnan())
+                               and torch.allclose(got.nan_to_num(), want.nan_to_num(), atol=2e-2))
+    account = None
+    if "ascend_shim.patches.attention_account" in sys.modules:
+        account = sys.modules["ascend_shim.patches.attention_account"].report()["by_reason"]
+    return {"paths": paths, "close": close, "account": account}
+
+
 def unet_dtype_fp8():
     """unet_dtype for an fp8 checkpoint (``weight_dtype`` since v0.3.15-ish; before, fp8 in the list)."""
     if "weight_dtype" in inspect.signature(mm.unet_dtype).parameters:
@@ -135,6 +190,7 @@ probes = {
 }
 if machine is not None and machine.active() in ("ascend-cu130", "ascend-cpu"):
     probes["synchronize"] = npu_sync_count
+    probes["attention"] = attention_paths
     if "int8_tensorwise" in getattr(sys.modules.get("comfy.quant_ops"), "QUANT_ALGOS", ()):
         probes["int8_layer"] = int8_layer
 

@@ -62,12 +62,13 @@ _FLOAT8_SOCS = ("Ascend950",)  # Atlas A2 (910B) and A3 (910_93) hold no float8
 
 __version__ = _os.environ.get("TESTBED_TORCH_NPU_VERSION", "2.12.0")
 
-from . import _testbed, npu, utils  # noqa: E402
+from . import _attention, _testbed, npu, utils  # noqa: E402
 from ._ops import get_npu_format, npu_format_cast  # noqa: E402
 
 _npu_device.activate(backend_module=npu, count=_visible_count())
 _npu_device.set_float8_storage(npu.DEVICE_NAME.startswith(_FLOAT8_SOCS))
 _sys.modules["torch.npu.memory"] = npu.memory
+_attention.register()
 
 _ops_wanted = {
     name.strip().removeprefix("npu_")

@@ -25,6 +25,7 @@ records: collections.deque = collections.deque(maxlen=MAX_RECORDS)
 errors: list = []  # (op, message) of calls the op rejected
 allocator_settings: list = []  # strings given to torch.npu.memory._set_allocator_settings
 format_casts: list = []  # (storage_ptr, shape, format)
+sdpa_paths: collections.Counter = collections.Counter()  # "fused" / "math": the path torch_npu's SDPA took
 
 _lock = threading.Lock()
 _zero_cost = False
@@ -106,6 +107,7 @@ def reset() -> None:
         errors.clear()
         allocator_settings.clear()
         format_casts.clear()
+        sdpa_paths.clear()
 
 
 def last(op: str | None = None) -> CallRecord | None:
