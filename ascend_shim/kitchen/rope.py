@@ -1,0 +1,455 @@
+"""comfy-kitchen's RoPE family on ``npu_rotary_mul`` / ``npu_rms_norm``: backend ``ascend_shim_rope``.
+
+comfy-kitchen before 0.2.36 has no NPU implementation of ``apply_rope*`` /
+``rms_rope*``; eager then runs each RoPE as several elementwise kernels
+through fp32 copies. This backend serves the NPU calls the fused ops take:
+
+* the rotation in ``freqs_cis``'s dtype, as eager computes it (x is cast to
+  it and back, one rounding to x's dtype, as eager's), with the rotary
+  coefficients built once per ``freqs_cis`` tensor (``CoefficientCache``);
+* the norm of ``rms_rope*`` on ``npu_rms_norm`` where the scale has x's dtype.
+
+A call outside the ops' documented limits (``decline``) goes on down the
+priority list to eager, on the device. Both ops are checked once per device
+by a small call whose answer is known (``Probe``); one that fails is not used.
+Coexistence with upstream's ``ascend`` (0.2.36+) follows ``ASCEND_SHIM_INT8``:
+``auto`` puts this backend right after ``ascend`` (it takes what upstream
+declines), ``shim`` before it, ``upstream``/``off`` register nothing.
+"""
+
+from __future__ import annotations
+
+import collections
+import inspect
+import logging
+import threading
+import weakref
+
+import torch
+
+from ascend_shim.npu_math import rope as rope_math
+
+log = logging.getLogger("ascend_shim")
+
+BACKEND = "ascend_shim_rope"
+UPSTREAM = "ascend"
+EAGER = "eager"
+FLOATS = frozenset({torch.float16, torch.bfloat16, torch.float32})
+# npu_rotary_mul's documented limits (op-plugin docs, Atlas A2/A3): D < 896, B, N < 1000,
+# interleave also B * N < 1000
+MAX_D, MAX_BN = 896, 1000
+MAX_CACHE = 8
+
+# function -> (x-like params, has scale, split-half, in place)
+FUNCTIONS = {}
+for _base, _xs, _rms, _split in (
+        ("apply_rope1", ("x",), False, False), ("apply_rope", ("xq", "xk"), False, False),
+        ("apply_rope_split_half1", ("x",), False, True), ("apply_rope_split_half", ("xq", "xk"), False, True),
+        ("rms_rope1", ("x",), True, False), ("rms_rope", ("q", "k"), True, False),
+        ("rms_rope_split_half1", ("x",), True, True), ("rms_rope_split_half", ("q", "k"), True, True)):
+    FUNCTIONS[_base] = (_xs, _rms, _split, False)
+    FUNCTIONS[_base + "_"] = (_xs, _rms, _split, True)
+KNOWN = frozenset({"x", "xq", "xk", "q", "k", "freqs_cis", "scale", "q_scale", "k_scale", "epsilon", "rot_dim"})
+
+
+class Counters:
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.reset()
+
+    def reset(self) -> None:
+        self.fused = collections.Counter()
+        self.to_eager = collections.Counter()
+        self.declined = {}
+        self.coefficients_built = 0
+        self.coefficients_reused = 0
+
+    def decline(self, reason: str) -> None:
+        with self._lock:
+            self.declined[reason] = self.declined.get(reason, 0) + 1
+
+    def as_dict(self) -> dict:
+        with self._lock:
+            return {"fused": dict(self.fused), "to_eager": dict(self.to_eager),
+                    "declined": dict(self.declined), "coefficients_built": self.coefficients_built,
+                    "coefficients_reused": self.coefficients_reused}
+
+
+COUNTERS = Counters()
+
+
+class CoefficientCache:
+    """``(r1, r2)`` per ``freqs_cis`` tensor and layout, built once.
+
+    Keyed on the tensor's identity, checked against a weak reference (a
+    freed tensor's entry goes with it, a new tensor at the same address is
+    not served) and its version counter (an in-place change rebuilds).
+    Inference tensors keep no version counter: they are never cached.
+    """
+
+    def __init__(self, size: int = MAX_CACHE) -> None:
+        self._entries: collections.OrderedDict = collections.OrderedDict()
+        self._size = size
+        self._lock = threading.Lock()
+
+    def get(self, freqs: torch.Tensor, split_half: bool) -> tuple:
+        try:
+            version = freqs._version
+        except RuntimeError:  # an inference tensor: changes cannot be seen
+            return self._build(freqs, split_half)
+        key = (id(freqs), split_half)
+        with self._lock:
+            entry = self._entries.get(key)
+            if entry is not None and entry[0]() is freqs and entry[1] == version:
+                self._entries.move_to_end(key)
+                COUNTERS.coefficients_reused += 1
+                return entry[2]
+        built = self._build(freqs, split_half)
+        ref = weakref.ref(freqs, lambda r, key=key: self._forget(key, r))
+        with self._lock:
+            self._entries[key] = (ref, version, built)
+            self._entries.move_to_end(key)
+            while len(self._entries) > self._size:
+                self._entries.popitem(last=False)
+        return built
+
+    def _build(self, freqs, split_half):
+        COUNTERS.coefficients_built += 1
+        return rope_math.rotary_coefficients(freqs, split_half)
+
+    def _forget(self, key, ref) -> None:
+        with self._lock:
+            entry = self._entries.get(key)
+            if entry is not None and entry[0] is ref:
+                del self._entries[key]
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def clear(self) -> None:
+        with self._lock:
+            self._entries.clear()
+
+
+CACHE = CoefficientCache()
+
+
+def _has_param(op, name: str) -> bool:
+    from ascend_shim.kitchen.capability import parameter_names
+
+    declared = parameter_names(op)
+    return declared is None or name in declared[0] or declared[1]
+
+
+class Probe:
+    """Whether ``npu_rotary_mul`` (both modes) and ``npu_rms_norm`` give known answers, per device."""
+
+    def __init__(self, ops) -> None:
+        self.ops = ops
+        self.rotary = getattr(ops, "npu_rotary_mul", None)
+        self.rms_norm = getattr(ops, "npu_rms_norm", None)
+        self.problem = None
+        if self.rotary is None:
+            self.problem = "torch_npu lacks npu_rotary_mul"
+        elif not _has_param(self.rotary, "rotary_mode"):
+            self.problem = "npu_rotary_mul takes no rotary_mode (interleave)"
+        self._verdicts: dict = {}
+        self._lock = threading.Lock()
+
+    def verdict(self, device, rms: bool):
+        """None when the op(s) may serve a call on ``device``, else why not."""
+        if self.problem:
+            return self.problem
+        if rms and self.rms_norm is None:
+            return "torch_npu lacks npu_rms_norm"
+        key = (str(device), rms)
+        if key not in self._verdicts:
+            with self._lock:
+                if key not in self._verdicts:
+                    self._verdicts[key] = self._run(device, rms)
+        return self._verdicts[key]
+
+    def _run(self, device, rms):
+        try:
+            return _probe_rms(self.rms_norm, device) if rms else _probe_rotary(self.rotary, device)
+        except Exception as exc:  # a refusal: the op is not used on this device
+            return "%s probe raised %s: %s" % ("npu_rms_norm" if rms else "npu_rotary_mul",
+                                               type(exc).__name__, exc)
+
+
+def _probe_rotary(op, device):
+    # powers of two and small integers: every product and sum is exact in fp32
+    x = (torch.arange(2 * 3 * 4 * 8, dtype=torch.float32).reshape(2, 3, 4, 8) % 7) - 3
+    r1 = 2.0 ** -(torch.arange(4 * 8).reshape(1, 1, 4, 8) % 3).float()
+    r2 = -(2.0 ** -(torch.arange(4 * 8).reshape(1, 1, 4, 8) % 4).float())
+    for split in (False, True):
+        want = rope_math.rotate_reference(x.double(), r1.double(), r2.double(), split)
+        got = op(x.to(device), r1.to(device), r2.to(device), rope_math.mode(split)).cpu().double()
+        if got.shape != want.shape or not torch.equal(got, want):
+            return "npu_rotary_mul %r probe returned a wrong result" % rope_math.mode(split)
+    return None
+
+
+def _probe_rms(op, device):
+    x = torch.tensor([[2.0, -2.0, 2.0, -2.0], [1.0, 1.0, -1.0, -1.0]])
+    gamma = torch.tensor([1.0, 0.5, 2.0, 0.25])
+    y = op(x.to(device), gamma.to(device), 0.0)[0].cpu()
+    want = (x / x.abs().amax(dim=-1, keepdim=True)) * gamma
+    if y.shape != want.shape or not torch.allclose(y, want, rtol=2 ** -20, atol=0):
+        return "npu_rms_norm probe returned a wrong result"
+    return None
+
+
+# -- which calls the fused path takes -----------------------------------------
+
+def _is_npu(t) -> bool:
+    return isinstance(t, torch.Tensor) and t.device.type == "npu"
+
+
+def _trim(x, freqs, split: bool, trims: bool):
+    """Eager's sequence trim of a longer freqs_cis (interleaved only, kitchen 0.2.26+), or None."""
+    if split or not trims:
+        return None
+    return rope_math.trimmed_length(tuple(x.shape), tuple(freqs.shape))
+
+
+def _rope_decline(x, freqs, split: bool, rot_dim: int, trims: bool):
+    """None when npu_rotary_mul takes this (x, freqs_cis), else why not."""
+    if x.dim() != 4 or freqs.dim() != 6 or x.numel() == 0:
+        return "x must be 4-D and non-empty, freqs_cis 6-D"
+    if x.dtype not in FLOATS or freqs.dtype not in FLOATS:
+        return "dtype"
+    head = x.shape[-1]
+    rot = rot_dim or head
+    if rot % 2 or rot > head or rot >= MAX_D or tuple(freqs.shape[3:]) != (rot // 2, 2, 2):
+        return "rotary dimension"
+    trim = _trim(x, freqs, split, trims)
+    f0, f1, f2 = freqs.shape[0], freqs.shape[1], trim or freqs.shape[2]
+    if f0 not in (1, x.shape[0]):
+        return "freqs_cis batch"
+    if f1 == 1 and f2 == x.shape[2]:
+        heads = x.shape[1]  # BNSD: r is 11SD or B1SD
+    elif f2 == 1 and f1 == x.shape[1]:
+        heads = x.shape[2]  # BSND: r is 1S1D or BS1D
+    else:
+        return "freqs_cis layout"
+    if x.shape[0] >= MAX_BN or heads >= MAX_BN:
+        return "batch or heads >= 1000"
+    if not split and (x.shape[0] * heads >= MAX_BN or f0 != 1):
+        return "interleave: B*N >= 1000 or per-batch freqs_cis"
+    return None
+
+
+def decline(function: str, kwargs: dict, probe: Probe, trims: bool):
+    """None when the fused path serves this call, else why not (never raises)."""
+    xs, rms, split, _ = FUNCTIONS[function]
+    unknown = set(kwargs) - KNOWN
+    if unknown:
+        return "unknown option(s) %s" % ", ".join(sorted(unknown))
+    freqs = kwargs.get("freqs_cis")
+    tensors = [kwargs.get(n) for n in xs]
+    if not all(_is_npu(t) for t in tensors) or not _is_npu(freqs):
+        return "not NPU tensors"
+    device = tensors[0].device
+    scales = []
+    if rms:
+        scales = [kwargs.get("scale")] if len(xs) == 1 else [kwargs.get("q_scale"), kwargs.get("k_scale")]
+        if len(scales) == 2 and scales[1] is None:
+            scales[1] = scales[0]
+        for x, s in zip(tensors, scales):
+            if not _is_npu(s) or s.dim() != 1 or s.shape[0] != x.shape[-1] or s.dtype != x.dtype:
+                return "scale: 1-D of head_dim in x's dtype"
+        eps = kwargs.get("epsilon", 1e-6)
+        if not isinstance(eps, (int, float)) or isinstance(eps, bool):
+            return "epsilon"
+    if any(t.device != device for t in tensors + scales + [freqs]):
+        return "tensors on different devices"
+    if torch.is_grad_enabled() and any(t.requires_grad for t in tensors + scales + [freqs]):
+        return "autograd"
+    rot_dim = kwargs.get("rot_dim", 0)
+    if not isinstance(rot_dim, int) or isinstance(rot_dim, bool) or rot_dim < 0:
+        return "rot_dim"
+    for x in tensors:
+        reason = _rope_decline(x, freqs, split, rot_dim, trims)
+        if reason:
+            return reason
+    return probe.verdict(device, rms)
+
+
+# -- the fused path -------------------------------------------------------------
+
+def rotate(ops, x: torch.Tensor, freqs: torch.Tensor, split: bool, trims: bool) -> torch.Tensor:
+    r1, r2 = CACHE.get(freqs, split)
+    trim = _trim(x, freqs, split, trims)
+    if trim is not None:
+        r1, r2 = r1[:, :, :trim], r2[:, :, :trim]
+    work = x.to(freqs.dtype).contiguous()  # eager rotates in freqs_cis's dtype
+    return ops.npu_rotary_mul(work, r1, r2, rope_math.mode(split)).to(x.dtype)
+
+
+def rms_rotate(ops, x, freqs, scale, eps, split, trims, rot_dim=0):
+    normalized = ops.npu_rms_norm(x.contiguous(), scale, float(eps))[0]
+    if rot_dim and rot_dim != x.shape[-1]:
+        rotated = rotate(ops, normalized[..., :rot_dim], freqs, split, trims)
+        return torch.cat((rotated, normalized[..., rot_dim:]), dim=-1)
+    return rotate(ops, normalized, freqs, split, trims)
+
+
+class RopeBackend:
+    """The entry points of ``ascend_shim_rope`` for one comfy-kitchen and torch_npu."""
+
+    def __init__(self, ops, registry, call_rules: bool, check_inplace, trims: bool) -> None:
+        self.ops = ops
+        self.trims = trims  # eager trims a longer interleaved freqs_cis (0.2.26+)
+        self.registry = registry  # registry_access.KitchenRegistry
+        self.call_rules = call_rules
+        self.check_inplace = check_inplace
+        self.probe = Probe(ops)
+        self._signatures: dict = {}
+
+    def bind(self, function: str, args, kwargs) -> dict:
+        """The call as keywords of eager's signature, defaults filled in."""
+        signature = self._signatures.get(function)
+        if signature is None:
+            eager = self.registry.implementation(function, EAGER)
+            signature = self._signatures[function] = inspect.signature(eager)
+        bound = signature.bind(*args, **kwargs)
+        bound.apply_defaults()
+        return dict(bound.arguments)
+
+    def rule(self, function: str):
+        def check(kwargs):
+            from comfy_kitchen.constraints import ValidationResult
+
+            try:
+                reason = decline(function, dict(kwargs), self.probe, self.trims)
+            except Exception as exc:  # a rule must never raise
+                reason = "%s: %s" % (type(exc).__name__, exc)
+            if reason:
+                COUNTERS.decline(reason)
+                return ValidationResult.fail("__rope__", reason)
+            return ValidationResult.ok()
+        return check
+
+    def entry(self, function: str):
+        def serve(*args, **kwargs):
+            try:
+                call = self.bind(function, args, kwargs)
+            except TypeError:
+                return self.to_eager(function, args, kwargs)
+            if not self.call_rules:  # before kitchen 0.2.23 the entry decides
+                reason = decline(function, call, self.probe, self.trims)
+                if reason:
+                    COUNTERS.decline(reason)
+                    return self.to_eager(function, args, kwargs)
+            return self.fused(function, call)
+        serve.__name__ = function
+        return serve
+
+    def to_eager(self, function, args, kwargs):
+        COUNTERS.to_eager[function] += 1
+        return self.registry.implementation(function, EAGER)(*args, **kwargs)
+
+    def fused(self, function: str, call: dict):
+        xs, rms, split, inplace = FUNCTIONS[function]
+        tensors = [call[n] for n in xs]
+        freqs = call["freqs_cis"]
+        if rms:
+            scales = [call["scale"]] if len(xs) == 1 else [call["q_scale"], call.get("k_scale")]
+            if len(scales) == 2 and scales[1] is None:
+                scales[1] = scales[0]
+        if inplace:  # eager's own checks, eager's errors
+            self.check_inplace(*tensors, readonly=tuple([freqs] + (scales if rms else [])))
+        if rms:
+            outs = [rms_rotate(self.ops, x, freqs, s, call["epsilon"], split, self.trims, call.get("rot_dim", 0))
+                    for x, s in zip(tensors, scales)]
+        else:
+            outs = [rotate(self.ops, x, freqs, split, self.trims) for x in tensors]
+        COUNTERS.fused[function] += 1
+        if inplace:
+            for x, out in zip(tensors, outs):
+                x.copy_(out)
+            return tensors[0] if len(tensors) == 1 else tuple(tensors)
+        return outs[0] if len(outs) == 1 else tuple(outs)
+
+
+# -- registration ----------------------------------------------------------------
+
+def _constraints(backend: RopeBackend, function: str):
+    from comfy_kitchen.constraints import FunctionConstraints, ParamConstraint
+
+    xs, rms, _, _ = FUNCTIONS[function]
+    params = {name: ParamConstraint(dtypes=FLOATS) for name in xs}
+    # freqs_cis and scales: device-checked by the rule, so eager answers a mixed-device call
+    params["freqs_cis"] = ParamConstraint(dtypes=FLOATS, devices=frozenset({"*"}))
+    extra = {"call_rules": (backend.rule(function),)} if backend.call_rules else {}
+    return FunctionConstraints(params=params, default_devices=frozenset({"npu"}), **extra)
+
+
+def install(ck, registry, policy: str):
+    """Register ``ascend_shim_rope`` for the RoPE functions this kitchen has; returns a note.
+
+    Nothing for policies ``upstream``/``off`` or a torch_npu without ``npu_rotary_mul``.
+    """
+    try:
+        import torch_npu
+        from comfy_kitchen.constraints import FunctionConstraints
+    except ImportError as exc:
+        return "RoPE: not registered (%s)" % exc
+    if policy in ("upstream", "off"):
+        return "RoPE: not registered (policy %s)" % policy
+    functions = [f for f in FUNCTIONS if hasattr(ck, f) and f in _eager_functions(registry)]
+    if not functions:
+        return "RoPE: this comfy-kitchen has no RoPE functions"
+    try:
+        from comfy_kitchen._rope_utils import check_rope_inplace
+    except ImportError:
+        check_rope_inplace = None
+        functions = [f for f in functions if not f.endswith("_")]
+    call_rules = "call_rules" in getattr(FunctionConstraints, "__dataclass_fields__", {})
+    backend = RopeBackend(torch_npu, registry, call_rules, check_rope_inplace, _eager_trims())
+    if backend.probe.problem:
+        return "RoPE: not registered (%s)" % backend.probe.problem
+    from ascend_shim.kitchen.backend import BackendModule
+
+    registry.register(BACKEND, BackendModule(BACKEND, {f: backend.entry(f) for f in functions}),
+                      {f: _constraints(backend, f) for f in functions})
+    registry.reorder(lambda order: place(order, policy))
+    _state["backend"] = backend
+    return "RoPE: %s serves %d functions on npu_rotary_mul%s" % (
+        BACKEND, len(functions), "/npu_rms_norm" if backend.probe.rms_norm is not None else "")
+
+
+def _eager_trims() -> bool:
+    """Whether this kitchen's eager trims a longer interleaved freqs_cis (it imports the helper)."""
+    try:
+        from comfy_kitchen.backends.eager import rope as eager_rope
+    except ImportError:
+        return False
+    return hasattr(eager_rope, "trim_rope_freqs")
+
+
+def _eager_functions(registry) -> set:
+    info = registry.backend_info(EAGER) or {}
+    return set(info.get("capabilities", ()))
+
+
+def place(order: list, policy: str) -> list:
+    """``order`` with this backend before eager: after upstream's ``ascend`` (auto) or first (shim)."""
+    rest = [n for n in order if n != BACKEND]
+    if policy == "shim":
+        return [BACKEND] + rest
+    at = rest.index(UPSTREAM) + 1 if UPSTREAM in rest else (rest.index(EAGER) if EAGER in rest else len(rest))
+    return rest[:at] + [BACKEND] + rest[at:]
+
+
+_state: dict = {"backend": None}
+
+
+def report() -> dict:
+    backend = _state["backend"]
+    return {"registered": backend is not None,
+            "problem": backend.probe.problem if backend else None,
+            "probes": {"%s%s" % (d, " rms" if r else ""): v or "ok"
+                       for (d, r), v in (backend.probe._verdicts.items() if backend else ())},
+            "cached_coefficients": len(CACHE), "calls": COUNTERS.as_dict()}
