@@ -376,12 +376,23 @@ class RopeBackend:
 # -- registration ----------------------------------------------------------------
 
 def _constraints(backend: RopeBackend, function: str):
+    """No more than eager declares (its dtypes and shape rules: eager refuses the rest with its
+    own error, and before kitchen 0.2.23 a declined call goes straight to eager's function);
+    the x-like tensors on the NPU, the others device-checked by the rule (eager answers a
+    mixed-device call)."""
     from comfy_kitchen.constraints import FunctionConstraints, ParamConstraint
 
-    xs, rms, _, _ = FUNCTIONS[function]
-    params = {name: ParamConstraint(dtypes=FLOATS) for name in xs}
-    # freqs_cis and scales: device-checked by the rule, so eager answers a mixed-device call
-    params["freqs_cis"] = ParamConstraint(dtypes=FLOATS, devices=frozenset({"*"}))
+    xs = FUNCTIONS[function][0]
+    eager = backend.registry.constraints(EAGER, function)
+    eager_params = eager.params if eager is not None else {}
+    params = {}
+    for name in set(eager_params) | set(xs) | {"freqs_cis"}:
+        theirs = eager_params.get(name)
+        dtypes = FLOATS if theirs is None or theirs.dtypes is None else FLOATS & frozenset(theirs.dtypes)
+        if name not in xs and name != "freqs_cis" and theirs is not None:
+            dtypes = theirs.dtypes  # scales: eager's (the rule asks for x's dtype)
+        params[name] = ParamConstraint(dtypes=dtypes, shape_rules=tuple(theirs.shape_rules) if theirs else (),
+                                       devices=None if name in xs else frozenset({"*"}))
     extra = {"call_rules": (backend.rule(function),)} if backend.call_rules else {}
     return FunctionConstraints(params=params, default_devices=frozenset({"npu"}), **extra)
 
