@@ -92,3 +92,64 @@ def test_coexistence_with_upstream_ascend(rope_run, version, policy, order, bf16
     relevant = [n for n in result["priority"] if n in ("ascend", "ascend_shim_rope", "eager")]
     assert relevant == order, result["priority"]
     assert result["serving"] == {"apply_rope1 bfloat16": bf16, "apply_rope1 float32": fp32}
+
+
+# -- in process, on the CPU: the pure math and the cache -------------------------------
+
+def _rotation_freqs(positions, pairs):
+    torch = pytest.importorskip("torch")
+    angle = torch.rand(positions, pairs) * 10
+    m = torch.stack([angle.cos(), -angle.sin(), angle.sin(), angle.cos()], -1)
+    return m.reshape(1, 1, positions, pairs, 2, 2)
+
+
+@pytest.mark.parametrize("split", (False, True))
+def test_the_coefficients_hold_freqs_cis_numbers_in_the_rotary_mul_layout(split):
+    torch = pytest.importorskip("torch")
+    from ascend_shim.npu_math import rope as rope_math
+
+    freqs = torch.randn(1, 1, 3, 4, 2, 2, dtype=torch.float64)  # any 2x2 matrices, not only rotations
+    x = torch.randn(1, 2, 3, 8, dtype=torch.float64)
+    r1, r2 = rope_math.rotary_coefficients(freqs, split)
+    got = rope_math.rotate_reference(x, r1, r2, split)
+    # the pair (a, b) -> (M00 a + M01 b, M10 a + M11 b), pairs as each layout places them
+    if split:
+        a, b = x[..., :4], x[..., 4:]
+    else:
+        a, b = x[..., 0::2], x[..., 1::2]
+    first = freqs[..., 0, 0] * a + freqs[..., 0, 1] * b
+    second = freqs[..., 1, 0] * a + freqs[..., 1, 1] * b
+    want = torch.cat((first, second), -1) if split else torch.stack((first, second), -1).flatten(-2)
+    assert torch.allclose(got, want, rtol=1e-12, atol=1e-12)
+    # exact: the coefficients are the numbers of freqs_cis, negated or not
+    assert set(r1.flatten().tolist()) <= set(freqs.flatten().tolist())
+
+
+def test_the_cache_builds_once_rebuilds_on_change_and_forgets_freed_tensors():
+    torch = pytest.importorskip("torch")
+    import gc
+
+    from ascend_shim.kitchen import rope
+
+    cache = rope.CoefficientCache(size=4)
+    freqs = _rotation_freqs(5, 4)
+    first = cache.get(freqs, False)
+    assert cache.get(freqs, False) is first and len(cache) == 1
+    freqs.mul_(-1)  # in place: the version counter moves
+    rebuilt = cache.get(freqs, False)
+    assert rebuilt is not first and torch.equal(rebuilt[0], -first[0])
+    del freqs
+    gc.collect()
+    assert len(cache) == 0
+    for _ in range(6):  # bounded
+        cache.get(_rotation_freqs(5, 4), True)
+    kept = [_rotation_freqs(5, 4) for _ in range(6)]
+    for f in kept:
+        cache.get(f, True)
+    assert len(cache) == 4
+    with torch.inference_mode():
+        inference = _rotation_freqs(5, 4)
+        a = cache.get(inference, False)
+        inference.mul_(-1)  # no version counter: never served from the cache
+        assert torch.equal(cache.get(inference, False)[0], -a[0])
+    assert len(cache) == 4
