@@ -317,11 +317,14 @@ def _eager_functions(registry) -> set:
 
 
 def place(order: list, policy: str) -> list:
-    """``order`` with this backend before eager: after upstream's ``ascend`` (auto) or first (shim)."""
+    """``order`` with this backend first (shim), or right before eager and after upstream's
+    ``ascend`` (auto): upstream serves what it takes, the shim's INT8 order is untouched."""
     rest = [n for n in order if n != BACKEND]
     if policy == "shim":
         return [BACKEND] + rest
-    at = rest.index(UPSTREAM) + 1 if UPSTREAM in rest else (rest.index(EAGER) if EAGER in rest else len(rest))
+    at = rest.index(EAGER) if EAGER in rest else len(rest)
+    if UPSTREAM in rest:
+        at = max(at, rest.index(UPSTREAM) + 1)
     return rest[:at] + [BACKEND] + rest[at:]
 
 

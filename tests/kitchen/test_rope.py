@@ -85,6 +85,7 @@ def test_a_wrong_npu_rotary_mul_is_caught_by_the_probe(rope_run):
     ("0.2.27", "upstream", ["eager"], "eager", "eager"),
     ("0.2.40", "auto", ["ascend", "ascend_shim_rope", "eager"], "ascend", "ascend_shim_rope"),
     ("0.2.40", "shim", ["ascend_shim_rope", "ascend", "eager"], "ascend_shim_rope", "ascend_shim_rope"),
+    ("0.2.36", "auto", ["ascend", "ascend_shim_rope", "eager"], "ascend", "ascend_shim_rope"),
     ("0.2.40", "off", ["ascend", "eager"], "ascend", "eager"),
 ])
 def test_coexistence_with_upstream_ascend(rope_run, version, policy, order, bf16, fp32):
