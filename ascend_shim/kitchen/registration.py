@@ -26,7 +26,7 @@ from ascend_shim.startup import config as _config
 from ascend_shim.kitchen.backend import (
     COUNTERS, FALLBACK, SHIM, BackendModule, Int8Backend, KitchenFeatures, npu_constraints,
 )
-from ascend_shim.kitchen import w4a8
+from ascend_shim.kitchen import rope, w4a8
 from ascend_shim.kitchen.registry_access import KitchenRegistry
 
 log = logging.getLogger("ascend_shim")
@@ -189,7 +189,7 @@ def install(ck):
         installation = Installation(registry, backend, tuple(groups), policy)
         _state.update(installation=installation, policy=policy)
         order = _set_priority(installation)
-    note = "%s; priority %s" % (_state["decision"], order)
+    note = "%s; priority %s; %s" % (_state["decision"], order, rope.install(ck, registry, policy))
     log.debug("kitchen: %s", note)
     return note
 
@@ -215,7 +215,7 @@ def uninstall():
         installation = _state["installation"]
         if installation is None:
             return
-        for name in (SHIM, FALLBACK):
+        for name in (SHIM, FALLBACK, rope.BACKEND):
             installation.registry.unregister(name)
         _state.update(installation=None, decision="removed")
 

@@ -30,7 +30,7 @@ import torch_npu  # noqa: F401  (registers the npu device, as on a real box)
 import comfy_kitchen as ck  # noqa: E402
 
 warnings.simplefilter("ignore")
-SHIM_BACKENDS = ("ascend_shim", "ascend_shim_fallback")
+SHIM_BACKENDS = ("ascend_shim", "ascend_shim_fallback", "ascend_shim_rope")
 M, K, N = 3, 64, 32
 W4A8_GROUP = 16  # ConvRot group of the W4A8 weights (a power of four dividing K)
 PACKED_K = 256  # packed W4A8 records hold 256 of K
@@ -47,7 +47,11 @@ OPTIONS = {
     "input_act": (None, "none", "gelu_tanh", "swiglu", "situ", "rms_norm", "bogus"),
     "input_act_eps": (0.0, 1e-6, 0, None),
     "norm_eps": (1e-6, 0.0, 1, None),
+    "epsilon": (1e-6, 0.0, 1, None),
+    "rot_dim": (0, 4, 2, 3, 8, 10, -2, None),
 }
+# RoPE: heads, sequence, head dim of the base calls
+ROPE_H, ROPE_L, ROPE_D = 2, 4, 8
 
 
 def short(dtype):
@@ -155,7 +159,47 @@ def packed_bases(params):
     return [base, dict(base, x=torch.randn(2, M, K).half(), out_dtype=torch.float16, bias=None)]
 
 
+def rope_freqs(positions, pairs, heads_axis=False):
+    """ComfyUI's freqs_cis: one rotation matrix per position and pair, (1, 1, L, D/2, 2, 2)
+    (BNSD) or (1, L, 1, D/2, 2, 2) (BSND)."""
+    angle = torch.randn(positions, pairs)
+    cos, sin = torch.cos(angle), torch.sin(angle)
+    matrices = torch.stack([cos, -sin, sin, cos], dim=-1).reshape(positions, pairs, 2, 2)
+    return matrices.reshape(1, positions, 1, pairs, 2, 2) if heads_axis else matrices.reshape(
+        1, 1, positions, pairs, 2, 2)
+
+
+def rope_bases(params):
+    """Valid RoPE calls: BNSD bf16 with fp32 freqs_cis, BSND fp16, a freqs_cis longer than x
+    (eager trims it), and for rms_rope_split_half a partial rotation (rot_dim)."""
+    names = [n for n in ("x", "xq", "xk", "q", "k") if n in params]
+    h, length, d = ROPE_H, ROPE_L, ROPE_D
+
+    def call(shape, dtype, freqs, **extra):
+        base = {n: torch.randn(*shape).to(dtype) for n in names}
+        base["freqs_cis"] = freqs
+        for scale in ("scale", "q_scale", "k_scale"):
+            if scale in params:
+                base[scale] = (torch.rand(shape[-1]) + 0.5).to(dtype)
+        if "epsilon" in params:
+            base["epsilon"] = 1e-6
+        base.update({k: v for k, v in extra.items() if k in params})
+        return base
+
+    bases = [call((1, h, length, d), torch.bfloat16, rope_freqs(length, d // 2), rot_dim=0),
+             call((1, length, h, d), torch.float16, rope_freqs(length, d // 2, heads_axis=True)),
+             call((1, h, length, d), torch.bfloat16, rope_freqs(2 * length, d // 2))]
+    if "rot_dim" in params:
+        bases.append(call((1, h, length, d), torch.bfloat16, rope_freqs(length, d // 4), rot_dim=d // 2))
+    return bases
+
+
+ROPE_FUNCTIONS = [base + suffix for base in (
+    "apply_rope", "apply_rope1", "apply_rope_split_half", "apply_rope_split_half1",
+    "rms_rope", "rms_rope1", "rms_rope_split_half", "rms_rope_split_half1") for suffix in ("", "_")]
+
 BASES = {
+    **{f: rope_bases for f in ROPE_FUNCTIONS},
     "int8_linear": int8_bases,
     "int8_linear_modulated": modulated_bases,
     "int8_linear_rms_modulated": modulated_bases,
@@ -190,9 +234,9 @@ def place(kwargs, transforms, device):
         if isinstance(value, torch.Tensor):
             transform = transforms.get(name, lambda v: v)
             if name in transforms and transform is None:  # the device variant
-                value, transform = value, (lambda v: v)
+                value, transform = value.clone(), (lambda v: v)
             else:
-                value = value.to(device)
+                value = value.to(device, copy=True)  # a copy: in-place functions change it
             value = transform(value)
         out[name] = value
     return out
@@ -203,6 +247,10 @@ def outcome(function, kwargs):
         result = getattr(ck, function)(**kwargs)
     except Exception as exc:
         return {"error": type(exc).__name__, "message": str(exc)[:300]}, None
+    if isinstance(result, tuple) and result and all(isinstance(r, torch.Tensor) for r in result):
+        # (q, k) of the RoPE family: compared as one flat tensor
+        return {"dtype": ",".join(short(r.dtype) for r in result), "shape": [list(r.shape) for r in result],
+                "device": result[0].device.type}, torch.cat([r.detach().cpu().double().reshape(-1) for r in result])
     if not isinstance(result, torch.Tensor):
         return {"error": "not a tensor: %s" % type(result).__name__}, None
     return {"dtype": short(result.dtype), "shape": list(result.shape),
@@ -258,8 +306,11 @@ def main():
                     want_t = want_t.cpu()
             else:
                 want, want_t = outcome(function, place(kwargs, transforms, "cpu"))
+            if function.endswith("_"):  # in place: the reference call changed on_npu
+                on_npu = place(kwargs, transforms, "npu")
             got, got_t = outcome(function, on_npu)
-            got["x_device"] = on_npu["x"].device.type
+            first = next(n for n in ("x", "xq", "q") if n in on_npu)
+            got["x_device"] = on_npu[first].device.type
             record = {"function": function, "point": label, "eager_cpu": want, "npu": got}
             if want_t is not None and got_t is not None:
                 record["distance"] = distance(got_t, want_t)
@@ -285,7 +336,7 @@ def agrees(want, got, dist):
         return False
     if not dist["comparable"] or not dist["same_nonfinite"]:
         return False
-    floating = want["dtype"] in ("float16", "bfloat16", "float32", "float64")
+    floating = all(d in ("float16", "bfloat16", "float32", "float64") for d in want["dtype"].split(","))
     if not floating:
         return dist["max_abs"] <= 1 or dist["max_rel"] <= MAX_REL
     return dist["max_rel"] <= MAX_REL and dist["cos"] >= MIN_COS

@@ -41,7 +41,8 @@ from testbed import machine  # noqa: E402
 
 SHIM = harness.REPO / "ascend_shim"
 # ops of the fake that a real wheel must register with the same parameters
-FAKE_OPS = ("npu_dynamic_quant", "npu_quant_matmul", "npu_format_cast", "get_npu_format")
+FAKE_OPS = ("npu_dynamic_quant", "npu_quant_matmul", "npu_format_cast", "get_npu_format",
+            "npu_rotary_mul", "npu_rms_norm")
 EMPTY = "<required>"
 
 

@@ -436,3 +436,83 @@ def npu_format_cast(input, acl_format, *, customize_dtype=None, input_dtype=None
 
 def get_npu_format(input) -> int:
     return getattr(input, "_testbed_npu_format", 2)  # 2 = ND
+
+
+# --------------------------------------------------------------------------- RoPE / RMSNorm
+
+_ROT = "npu_rotary_mul"
+_RMS = "npu_rms_norm"
+_ROPE_FLOATS = (torch.float16, torch.bfloat16, torch.float32)
+
+
+def npu_rotary_mul(input, r1, r2, rotary_mode="half", rotate=None):
+    """``r1 * input + r2 * rotate(input)`` as op-plugin documents it (7.x docs, Atlas A2/A3).
+
+    "half": rotate(x) = cat(-x2, x1) of the two halves of the last dim;
+    "interleave": rotate(x) = (-x[1::2], x[0::2]) interleaved. input, r1, r2
+    4-D of one float dtype; r1/r2 broadcast to input; D even and < 896;
+    B, N < 1000, and for "interleave" B * N < 1000 (N: heads, dim 2 when r
+    is 1S1D/BS1D, else dim 1). Computed
+    in float32, one rounding to input's dtype.
+    """
+    op = _ROT
+    index = _same_npu(op, {"input": input, "r1": r1, "r2": r2, "rotate": rotate})
+    if rotate is not None:
+        raise _testbed.reject(op, "rotate is not supported by this testbed")
+    if rotary_mode not in ("half", "interleave"):
+        raise _testbed.reject(op, f"rotary_mode must be 'half' or 'interleave', got {rotary_mode!r}")
+    for name, t in (("input", input), ("r1", r1), ("r2", r2)):
+        if t.dim() != 4:
+            raise _testbed.reject(op, f"{name} must be 4-D, got shape {tuple(t.shape)}")
+        if t.dtype not in _ROPE_FLOATS or t.dtype != input.dtype:
+            raise _testbed.reject(op, f"{name} dtype {t.dtype} must be input's float dtype {input.dtype}")
+    b, d = input.shape[0], input.shape[-1]
+    n = input.shape[2] if r1.shape[1] != 1 and r1.shape[2] == 1 else input.shape[1]  # BSND or BNSD
+    if d % 2 or d >= 896:
+        raise _testbed.reject(op, f"D must be even and < 896, got {d}")
+    if b >= 1000 or n >= 1000 or (rotary_mode == "interleave" and b * n >= 1000):
+        raise _testbed.reject(op, f"B, N (and for interleave B*N) must be < 1000, got {tuple(input.shape)}")
+    try:
+        torch.broadcast_shapes(r1.shape, r2.shape, input.shape)
+    except RuntimeError:
+        raise _testbed.reject(op, f"r1 {tuple(r1.shape)} / r2 {tuple(r2.shape)} do not broadcast to "
+                                  f"input {tuple(input.shape)}") from None
+    if torch.broadcast_shapes(r1.shape, r2.shape, input.shape) != input.shape:
+        raise _testbed.reject(op, "r1/r2 must broadcast to input's shape")
+    _testbed.record(op, {"input": input, "r1": r1, "r2": r2}, {"rotary_mode": rotary_mode})
+    if _testbed.is_zero_cost():
+        return _empty(input.shape, input.dtype, index)
+    x = npu_device.unwrap(input).float()
+    c, s = npu_device.unwrap(r1).float(), npu_device.unwrap(r2).float()
+    if rotary_mode == "half":
+        x1, x2 = x.chunk(2, dim=-1)
+        partner = torch.cat((-x2, x1), dim=-1)
+    else:
+        partner = torch.stack((-x[..., 1::2], x[..., 0::2]), dim=-1).flatten(-2)
+    return _out((c * x + s * partner).to(input.dtype), index)
+
+
+def npu_rms_norm(input, gamma, epsilon=1e-06):
+    """``(input * rsqrt(mean(input**2, -1) + epsilon) * gamma, rstd)`` (torch_npu docs).
+
+    input float16/bfloat16/float32, gamma of input's dtype broadcasting over
+    input's last dims; computed in float32, y rounded once to input's dtype;
+    rstd float32 of input's shape with the normalized dims kept as 1.
+    """
+    op = _RMS
+    index = _same_npu(op, {"input": input, "gamma": gamma})
+    if input.dtype not in _ROPE_FLOATS:
+        raise _testbed.reject(op, f"input dtype must be float16, bfloat16 or float32, got {input.dtype}")
+    if gamma.dtype != input.dtype:
+        raise _testbed.reject(op, f"gamma dtype {gamma.dtype} must be input's dtype {input.dtype}")
+    if gamma.dim() < 1 or gamma.dim() > input.dim() or tuple(input.shape[-gamma.dim():]) != tuple(gamma.shape):
+        raise _testbed.reject(op, f"gamma {tuple(gamma.shape)} must match input's last dims {tuple(input.shape)}")
+    _testbed.record(op, {"input": input, "gamma": gamma}, {"epsilon": epsilon})
+    dims = tuple(range(input.dim() - gamma.dim(), input.dim()))
+    rstd_shape = tuple(1 if i in dims else s for i, s in enumerate(input.shape))
+    if _testbed.is_zero_cost():
+        return _empty(input.shape, input.dtype, index), _empty(rstd_shape, torch.float32, index)
+    x = npu_device.unwrap(input).float()
+    rstd = torch.rsqrt(x.pow(2).mean(dim=dims, keepdim=True) + epsilon)
+    y = (x * rstd * npu_device.unwrap(gamma).float()).to(input.dtype)
+    return _out(y, index), _out(rstd, index)
