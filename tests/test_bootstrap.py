@@ -287,9 +287,10 @@ def test_remove_restores_the_originals(venv_for, dummy):
     code = """
         import json, comfy.model_management as mm
         original_pinned = 1024
-        from ascend_shim.engine import runner as engine
+        from ascend_shim.startup import hook
+        engine = hook.engine()
         before = mm.is_nvidia()
-        engine.remove_all()
+        engine.uninstall()
         rows = {r["name"]: r["state"] for r in engine.patch_status()}
         print(json.dumps({"before": before, "after": mm.is_nvidia(), "pinned": mm.MAX_PINNED_MEMORY,
                           "wrapped": hasattr(mm.is_nvidia, "__wrapped__"), "state": rows["is_nvidia"]}))
