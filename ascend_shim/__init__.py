@@ -207,7 +207,7 @@ def status() -> dict:
     # Per-patch state and what every patch declares it reports (the engine's status).
     from ascend_shim.startup import hook as _hook
 
-    engine = _hook.engine()
+    engine = _hook.engine(why="status asked")
     if engine is None:
         raise RuntimeError("the patch engine could not be made (see the warning above)")
     return engine.status()

@@ -297,3 +297,46 @@ def test_the_package_init_defines_only_the_startup_path():
     text = open(source).read()
     for heavy in ("import wrapt", "import threading", "import logging", "import importlib"):
         assert heavy not in text
+
+
+# -- state in objects: the import hook and the engine install and uninstall ------
+
+
+def test_the_import_hook_installs_and_uninstalls_symmetrically():
+    hook = ascend_shim.ImportHookFinder()
+    before = list(sys.meta_path)
+    try:
+        assert hook.install() and hook.install()  # idempotent: once in sys.meta_path
+        assert [f for f in sys.meta_path if f is hook] == [hook] and sys.meta_path[0] is hook
+        hook.uninstall()
+        hook.uninstall()
+        assert hook not in sys.meta_path and sys.meta_path == before
+        assert hook.install() and sys.meta_path[0] is hook  # it comes back
+        hook.withdraw("no NPU here")
+        assert hook not in sys.meta_path and hook.withdrawn == "no NPU here"
+        assert hook.install() is False and hook not in sys.meta_path  # withdrawn for good
+    finally:
+        hook.uninstall()
+
+
+def test_an_uninstalled_engine_hands_the_records_back(engine_with, target):
+    first = engine_with(Patch("p", "shimtest_target", "s", wrap_f))
+    second = engine_with(Patch("q", "shimtest_target", "s", wrap_f))
+    assert set(_records.records()) == {"q"}
+    second.uninstall()
+    assert set(_records.records()) == {"p"} and first.state_of("p") == PENDING
+
+
+def test_declared_reports_reach_status_and_its_text(engine_with, target):
+    from ascend_shim.commands import reports
+
+    def broken():
+        raise KeyError("gone")
+
+    engine = engine_with(Patch("p", "shimtest_target", "s", wrap_f, report=lambda: {"queue": {"depth": 3}}),
+                         Patch("q", "shimtest_target", "s", wrap_f, report=broken))
+    data = engine.status()
+    assert data["reports"] == ["queue", "report_errors"] and data["queue"] == {"depth": 3}
+    assert data["report_errors"] == {"q": "KeyError: 'gone'"}
+    text = reports.lines(dict(data, machine={"npu": False}))
+    assert "queue: depth=3" in text and "INT8 (comfy-kitchen): not registered" in text

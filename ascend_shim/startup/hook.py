@@ -121,15 +121,15 @@ def _declared_patches() -> list:
     return PATCHES
 
 
-def engine(start: bool = True) -> Optional[Engine]:
-    """This process's engine, installed and started; None if it cannot be made (warned),
-    or, with ``start=False``, while nothing has started it yet."""
+def engine(start: bool = True, why: str = "first import of a watched module") -> Optional[Engine]:
+    """This process's engine, installed and started (``why``: for the debug line); None if
+    it cannot be made (warned), or, with ``start=False``, while nothing has started it yet."""
     if _engine["started"] or not start:
         return _engine["object"]
     with _start_lock:
         if not _engine["started"]:
             try:
-                debug("first import of a watched module: starting the patch engine")
+                debug("%s: starting the patch engine" % why)
                 from ascend_shim.engine.runner import Engine
 
                 _engine["object"] = Engine(_declared_patches).install()
