@@ -19,25 +19,23 @@ import pytest
 import ascend_shim
 from ascend_shim.startup import config as _config
 from ascend_shim.engine import records as _records
-from ascend_shim.engine import runner as engine
+from ascend_shim.engine.runner import Engine
 from ascend_shim.engine.patching import APPLIED, DISABLED, FAILED, PENDING, REMOVED, SKIPPED, Changes, Patch, argument, bind
 
 
 @pytest.fixture
 def engine_with(monkeypatch):
-    """engine_with(*patches): a fresh engine whose records are these patches."""
+    """engine_with(*patches): a fresh engine of these patches, installed (uninstalled after the test)."""
+    made = []
 
     def make(*patches, env=None):
-        monkeypatch.setattr(_records, "_records", {})
-        monkeypatch.setattr(engine, "_modules", {})
-        monkeypatch.setattr(engine, "_late", set())
-        monkeypatch.setattr(engine, "_state", {"started": False, "error": None})
         monkeypatch.setattr(_config, "_cached", _config.Config(env or {}))
-        _records.create(patches)
-        engine.start()
-        return engine
+        made.append(Engine(patches).install())
+        return made[-1]
 
-    return make
+    yield make
+    for engine in reversed(made):
+        engine.uninstall()
 
 
 def module(name, source):
@@ -64,13 +62,15 @@ def wrap_f(changes, mod):
 
 
 def state(name):
-    return _records.state_of(name)
+    """What patches read (the installed engine's records)."""
+    record = _records.records().get(name)
+    return record.state if record else None
 
 
 def test_a_patch_waits_for_every_module_it_requires(engine_with, target):
     other = module("shimtest_other", "READY = True\n")
     try:
-        engine_with(Patch("p", "shimtest_target", "s", wrap_f, requires=("shimtest_other",)))
+        engine = engine_with(Patch("p", "shimtest_target", "s", wrap_f, requires=("shimtest_other",)))
         mod = target()
         engine.on_import(mod)
         assert state("p") == PENDING and mod.f(1) == 1
@@ -88,7 +88,7 @@ def test_after_orders_patches_and_skips_when_the_first_is_not_applied(engine_wit
             order.append(name)
         return apply
 
-    engine_with(
+    engine = engine_with(
         Patch("second", "shimtest_target", "s", note("second"), after=("first",)),
         Patch("first", "shimtest_target", "s", note("first")),
         Patch("third", "shimtest_target", "s", note("third"), after=("skipped",)),
@@ -97,18 +97,18 @@ def test_after_orders_patches_and_skips_when_the_first_is_not_applied(engine_wit
     engine.on_import(target())
     assert order == ["first", "second"]
     assert state("third") == SKIPPED
-    assert _records.records()["third"].reason == "needs skipped applied first (skipped)"
+    assert engine.records["third"].reason == "needs skipped applied first (skipped)"
 
 
 def test_a_failing_guard_is_recorded_and_never_raises(engine_with, target, caplog):
     def broken(mod):
         raise TypeError("changed type")
 
-    engine_with(Patch("p", "shimtest_target", "s", wrap_f, guard=broken),
-                Patch("q", "shimtest_target", "s", wrap_f))
+    engine = engine_with(Patch("p", "shimtest_target", "s", wrap_f, guard=broken),
+                         Patch("q", "shimtest_target", "s", wrap_f))
     mod = target()
     engine.on_import(mod)
-    assert state("p") == FAILED and _records.records()["p"].reason == "TypeError: changed type"
+    assert state("p") == FAILED and engine.records["p"].reason == "TypeError: changed type"
     assert state("q") == APPLIED and mod.f(1) == 2
     assert "patch p on shimtest_target failed" in caplog.text
 
@@ -117,7 +117,7 @@ def test_strict_mode_raises_the_failure(engine_with, target):
     def broken(changes, mod):
         raise ValueError("boom")
 
-    engine_with(Patch("p", "shimtest_target", "s", broken), env={"ASCEND_SHIM_STRICT": "1"})
+    engine = engine_with(Patch("p", "shimtest_target", "s", broken), env={"ASCEND_SHIM_STRICT": "1"})
     with pytest.raises(ValueError):
         engine.on_import(target())
 
@@ -128,7 +128,7 @@ def test_a_half_applied_patch_is_undone(engine_with, target):
         changes.assign(mod, "LIMIT", 2)
         raise RuntimeError("second step failed")
 
-    engine_with(Patch("p", "shimtest_target", "s", half))
+    engine = engine_with(Patch("p", "shimtest_target", "s", half))
     mod = target()
     original = mod.f
     engine.on_import(mod)
@@ -136,7 +136,7 @@ def test_a_half_applied_patch_is_undone(engine_with, target):
 
 
 def test_a_fresh_module_object_is_patched_again(engine_with, target):
-    engine_with(Patch("p", "shimtest_target", "s", wrap_f))
+    engine = engine_with(Patch("p", "shimtest_target", "s", wrap_f))
     first = target()
     engine.on_import(first)
     kept = first.f
@@ -147,8 +147,8 @@ def test_a_fresh_module_object_is_patched_again(engine_with, target):
 
 
 def test_a_reload_keeps_the_patches_and_status_tells_the_truth(engine_with, target):
-    engine_with(Patch("p", "shimtest_target", "s", wrap_f),
-                Patch("limit", "shimtest_target", "s", lambda c, m: c.assign(m, "LIMIT", -1)))
+    engine = engine_with(Patch("p", "shimtest_target", "s", wrap_f),
+                         Patch("limit", "shimtest_target", "s", lambda c, m: c.assign(m, "LIMIT", -1)))
     mod = target()
     engine.on_import(mod)
     exec("def f(x):\n    return x\nLIMIT = 1\n", mod.__dict__)  # what a reload does to the object
@@ -161,22 +161,25 @@ def test_a_reload_keeps_the_patches_and_status_tells_the_truth(engine_with, targ
 
 
 def test_remove_restores_originals_but_never_a_value_set_later(engine_with, target):
-    engine_with(Patch("p", "shimtest_target", "s", wrap_f),
-                Patch("limit", "shimtest_target", "s", lambda c, m: c.assign(m, "LIMIT", -1)))
+    engine = engine_with(Patch("p", "shimtest_target", "s", wrap_f),
+                         Patch("limit", "shimtest_target", "s", lambda c, m: c.assign(m, "LIMIT", -1)))
     mod = target()
     original = mod.f
     engine.on_import(mod)
     mod.LIMIT = 7  # the user's own setting, after the patch
-    engine.remove_all()
+    engine.uninstall()
     assert mod.f is original and mod.LIMIT == 7
-    assert state("p") == REMOVED and state("limit") == REMOVED
+    assert engine.state_of("p") == REMOVED and engine.state_of("limit") == REMOVED
+    engine.uninstall()  # idempotent
+    assert engine.state_of("p") == REMOVED and state("p") is None  # no longer what patches read
+    engine.install()
     engine.on_import(target())  # imported again: patched again
     assert state("p") == APPLIED
 
 
 def test_disabled_names_match_case_insensitively(engine_with, target):
-    engine_with(Patch("is_nvidia", "shimtest_target", "s", wrap_f),
-                env={"ASCEND_SHIM_DISABLE": " IS_Nvidia , no_such"})
+    engine = engine_with(Patch("is_nvidia", "shimtest_target", "s", wrap_f),
+                         env={"ASCEND_SHIM_DISABLE": " IS_Nvidia , no_such"})
     engine.on_import(target())
     assert state("is_nvidia") == DISABLED
     assert engine.unknown_disable_names() == ["no_such"]
@@ -184,21 +187,34 @@ def test_disabled_names_match_case_insensitively(engine_with, target):
 
 def test_without_wrapt_nothing_is_patched_and_the_fix_is_named(engine_with, target, monkeypatch):
     monkeypatch.setitem(sys.modules, "wrapt", None)  # import wrapt now raises ImportError
-    engine_with(Patch("p", "shimtest_target", "s", wrap_f))
+    engine = engine_with(Patch("p", "shimtest_target", "s", wrap_f))
     mod = target()
     engine.on_import(mod)
     assert state("p") == FAILED and mod.f(1) == 1
-    assert "pip install 'wrapt>=1.14'" in engine.error()
-    assert _records.records()["p"].reason == engine.error()
+    assert "pip install 'wrapt>=1.14'" in engine.error
+    assert engine.records["p"].reason == engine.error
+
+
+def unhooked(patches):
+    """[(patch name, module)] for every module a patch waits for that the finder never hooks."""
+    from ascend_shim.startup import hook as _hook
+
+    return [(patch.name, name) for patch in patches for name in patch.modules if not _hook.is_watched(name)]
 
 
 def test_every_patch_target_goes_through_the_hook():
-    from ascend_shim.startup import hook as _hook
     from ascend_shim.patches import PATCHES
 
-    for patch in PATCHES:
-        for name in patch.modules:
-            assert _hook.is_watched(name), "%s needs %s, which the finder never hooks" % (patch.name, name)
+    assert unhooked(PATCHES) == []
+
+
+def test_a_patch_target_missing_from_the_hooked_names_is_caught(monkeypatch):
+    from ascend_shim.patches import PATCHES
+
+    monkeypatch.setattr(ascend_shim, "HOOKED_PACKAGES", ascend_shim.HOOKED_PACKAGES - {"comfy_kitchen"})
+    missing = unhooked(PATCHES + [Patch("new", "comfy_extras.nodes", "s", wrap_f, requires=("comfy.ops",))])
+    assert ("kitchen_int8", "comfy_kitchen") in missing and ("new", "comfy_extras.nodes") in missing
+    assert ("new", "comfy.ops") not in missing
 
 
 # -- patching: wrappers behave like the functions they replace ---------------
@@ -281,3 +297,46 @@ def test_the_package_init_defines_only_the_startup_path():
     text = open(source).read()
     for heavy in ("import wrapt", "import threading", "import logging", "import importlib"):
         assert heavy not in text
+
+
+# -- state in objects: the import hook and the engine install and uninstall ------
+
+
+def test_the_import_hook_installs_and_uninstalls_symmetrically():
+    hook = ascend_shim.ImportHookFinder()
+    before = list(sys.meta_path)
+    try:
+        assert hook.install() and hook.install()  # idempotent: once in sys.meta_path
+        assert [f for f in sys.meta_path if f is hook] == [hook] and sys.meta_path[0] is hook
+        hook.uninstall()
+        hook.uninstall()
+        assert hook not in sys.meta_path and sys.meta_path == before
+        assert hook.install() and sys.meta_path[0] is hook  # it comes back
+        hook.withdraw("no NPU here")
+        assert hook not in sys.meta_path and hook.withdrawn == "no NPU here"
+        assert hook.install() is False and hook not in sys.meta_path  # withdrawn for good
+    finally:
+        hook.uninstall()
+
+
+def test_an_uninstalled_engine_hands_the_records_back(engine_with, target):
+    first = engine_with(Patch("p", "shimtest_target", "s", wrap_f))
+    second = engine_with(Patch("q", "shimtest_target", "s", wrap_f))
+    assert set(_records.records()) == {"q"}
+    second.uninstall()
+    assert set(_records.records()) == {"p"} and first.state_of("p") == PENDING
+
+
+def test_declared_reports_reach_status_and_its_text(engine_with, target):
+    from ascend_shim.commands import reports
+
+    def broken():
+        raise KeyError("gone")
+
+    engine = engine_with(Patch("p", "shimtest_target", "s", wrap_f, report=lambda: {"queue": {"depth": 3}}),
+                         Patch("q", "shimtest_target", "s", wrap_f, report=broken))
+    data = engine.status()
+    assert data["reports"] == ["queue", "report_errors"] and data["queue"] == {"depth": 3}
+    assert data["report_errors"] == {"q": "KeyError: 'gone'"}
+    text = reports.lines(dict(data, machine={"npu": False}))
+    assert "queue: depth=3" in text and "INT8 (comfy-kitchen): not registered" in text

@@ -11,7 +11,7 @@ import pytest
 import harness
 from ascend_shim.startup import config as _config
 from ascend_shim.patches import fp8_effective
-from ascend_shim.commands import status as status_cmd
+from ascend_shim.commands import reports
 
 NAMED = "no NPU INT8 path is registered, so fp8 weights are decoded to bf16"
 
@@ -38,11 +38,11 @@ def test_configured_gap(env, upstream, gap):
 
 
 def test_status_line_says_what_fp8_weights_become():
-    assert status_cmd._fp8_line(None) == []
-    assert status_cmd._fp8_line({"setting": "int8", "form": "int8", "why": ""}) == ["fp8 weights: int8"]
+    assert reports.fp8_line(None) == []
+    assert reports.fp8_line({"setting": "int8", "form": "int8", "why": ""}) == ["fp8 weights: int8"]
     why = "ASCEND_SHIM_FP8=int8, but ASCEND_SHIM_INT8=off"
-    assert status_cmd._fp8_line({"setting": "int8", "form": "bf16", "why": why}) == ["fp8 weights: bf16 (%s)" % why]
-    assert status_cmd._fp8_line({"setting": "off", "form": None, "why": "ASCEND_SHIM_FP8=off"}) == [
+    assert reports.fp8_line({"setting": "int8", "form": "bf16", "why": why}) == ["fp8 weights: bf16 (%s)" % why]
+    assert reports.fp8_line({"setting": "off", "form": None, "why": "ASCEND_SHIM_FP8=off"}) == [
         "fp8 weights: kept as float8 (ASCEND_SHIM_FP8=off)"]
 
 

@@ -421,7 +421,8 @@ else:
         import comfy_kitchen as ck  # starts the engine
         import torch_npu
         from testbed import npu_device as nd
-        from ascend_shim.engine import runner as engine
+        from ascend_shim.startup import hook
+        engine = hook.engine()
         status = engine.status()
         state = {p["name"]: p for p in status["patches"]}["int_mm"]
         if not torch.npu.is_available():

@@ -74,11 +74,11 @@ if sys.argv[4:] == ["stand-ins"]:
 
     stand_in_for(("torchvision", "torchaudio"))
 import ascend_shim
-from ascend_shim.engine import records as _records
-from ascend_shim.engine import runner as engine
+from ascend_shim.startup import hook
 
 for module in imports:
     importlib.import_module(module)
+engine = hook.engine()
 MISSING = object()
 
 
@@ -115,7 +115,7 @@ def restored(owner, attribute, old):
 def dependents(first):
     """Applied patches that come after ``first``, directly or not (removed before it)."""
     found, names = [], [first]
-    for record in _records.records().values():
+    for record in engine.records.values():
         if any(n in names for n in record.patch.after) and record.state == "applied":
             found.append(record.patch.name)
             names.append(record.patch.name)
@@ -128,7 +128,7 @@ if phase == "baseline" or out["state"] != "applied":
     print(json.dumps(out))
     sys.exit(0)
 
-record = _records.records()[name]
+record = engine.records[name]
 wraps = [(p, a, o, r) for changes in record.changes for p, a, o, r, _ in changes.wraps]
 assigned = [(o, a, old, new) for changes in record.changes for o, a, old, new in changes.assigned]
 out["changed"] = [label(p, a) for p, a, _, _ in wraps] + [label(o, a) for o, a, _, _ in assigned]

@@ -262,10 +262,10 @@ def test_a_legacy_loader_still_imports_and_is_patched(venv_for, slow_dummy, mino
 def test_a_failing_delivery_never_breaks_the_import(venv_for, slow_dummy):
     root, _ = slow_dummy
     code = """
-        from ascend_shim.engine import runner as engine
-        def broken(module, late=False):
+        from ascend_shim.engine.runner import Engine
+        def broken(self, module, late=False):
             raise RuntimeError("engine bug")
-        engine.on_import = broken
+        Engine.on_import = broken
         import comfy.model_management as mm
         print(mm.MAX_PINNED_MEMORY)
     """

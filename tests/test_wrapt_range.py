@@ -69,11 +69,12 @@ def test_patches_and_removal_work_on_wrapt_1(old_wrapt_venv, tmp_path):
     (tmp_path / "torch_npu" / "__init__.py").write_text("")
     code = """
         import json, wrapt, comfy.model_management as mm
-        from ascend_shim.engine import runner as engine
+        from ascend_shim.startup import hook
+        engine = hook.engine()
         rows = {r["name"]: r for r in engine.status()["patches"]}
         patched = {"is_nvidia": mm.is_nvidia(), "pinned": mm.MAX_PINNED_MEMORY,
                    "state": rows["is_nvidia"]["state"], "in_place": rows["is_nvidia"]["in_place"]}
-        engine.remove_all()
+        engine.uninstall()
         print(json.dumps({"wrapt": wrapt.__version__, "patched": patched,
                           "restored": {"is_nvidia": mm.is_nvidia(), "pinned": mm.MAX_PINNED_MEMORY,
                                        "wrapped": hasattr(mm.is_nvidia, "__wrapped__")}}))

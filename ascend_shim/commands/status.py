@@ -15,6 +15,7 @@ import io
 import sys
 
 from ascend_shim.commands import json_report as _json_report
+from ascend_shim.commands import reports
 from ascend_shim.engine import versions
 from ascend_shim.commands.text import WIDTH, fill
 
@@ -211,12 +212,14 @@ def _engine_status(ascend_shim):
         return ascend_shim.status()
     except Exception as exc:
         return {"shim": {"status_error": "%s: %s" % (type(exc).__name__, exc)}, "patches": [],
-                "int8": {"decision": "unknown"}, "w4a8": None, "int_mm": None, "cpu_fallbacks": []}
+                "int8": {"decision": "unknown"}}
 
 
 def headline(data):
     startup, machine = data["startup"], data["machine"]
-    lines = ["ascend_shim %s" % _version()]
+    from ascend_shim import __version__
+
+    lines = ["ascend_shim %s" % __version__]
     if startup["active"]:
         lines.append("  import hook  installed at startup (%s)" % startup["how"])
     else:
@@ -278,12 +281,6 @@ def _comfyui_patched(rows):
                for row in rows)
 
 
-def _version():
-    import ascend_shim
-
-    return getattr(ascend_shim, "__version__", "?")
-
-
 def render(data, verbose):
     out = headline(data)
     imports = data["imports"]
@@ -305,14 +302,7 @@ def render(data, verbose):
     seen = versions_seen(rows)
     if seen:
         out.append("patched: %s" % ", ".join("%s %s" % item for item in seen))
-    out.extend(_int8_lines(data.get("int8") or {}, data.get("w4a8"), data.get("int_mm"),
-                           data.get("kitchen_in_use")))
-    out.extend(_fp8_line(data.get("fp8")))
-    out.extend(_attention_lines(data.get("attention")))
-    from ascend_shim.engine.fallback_report import status_lines
-
-    npu = (data.get("machine") or {}).get("npu")
-    out.extend(fill(line, 6) for line in status_lines(data.get("cpu_fallbacks") or {}, npu))
+    out.extend(reports.lines(data))
     out.append("")
     out.append(fill("next: %s" % next_step(data), 6))
     return "\n".join(out)
@@ -325,54 +315,6 @@ def versions_seen(rows):
         if row.get("version") and row.get("state") == "applied":
             seen.setdefault(versions.package_of(row["target"]), row["version"])
     return sorted(seen.items())
-
-
-def _int8_lines(int8, w4a8=None, int_mm=None, kitchen_in_use=None):
-    if kitchen_in_use is False:  # registered or not, nothing reaches it
-        return ["", fill("INT8 (comfy-kitchen): not in use: this ComfyUI runs without comfy-kitchen "
-                         "(comfy.quant_ops could not import it; `python -m ascend_shim doctor` says "
-                         "why)", 2)]
-    lines = ["", "INT8 (comfy-kitchen): %s" % int8.get("decision")]
-    if int8.get("note"):
-        lines.append("  %s" % int8["note"])
-    if int8.get("priority") is not None:
-        lines.append("  priority: %s" % ", ".join(int8["priority"]))
-        calls = int8.get("calls") or {}
-        lines.append("  calls: NPU INT8 %s, on-device fallback %s, INT8 errors %s, handed to eager %s" % (
-            calls.get("npu_quant", 0), calls.get("fallback", 0), calls.get("quant_errors", 0),
-            calls.get("to_eager", 0)))
-        for param, entry in sorted((calls.get("declined") or {}).items()):
-            lines.append("  declined on %s: %d (last: %s)" % (param, entry["count"], entry["last_reason"]))
-    if w4a8 and any(w4a8.get(key) for key in ("npu_quant", "float_path")):
-        lines.append("  W4A8 calls: NPU INT8 %s, on-device float path %s" % (
-            w4a8.get("npu_quant", 0), w4a8.get("float_path", 0)))
-    if int_mm and int_mm.get("registered"):
-        lines.append("  torch._int_mm on the NPU: served by the shim (%s calls)" % int_mm.get("calls", 0))
-        if int_mm.get("why"):
-            lines.append(fill("by %s: %s" % (int_mm["path"], int_mm["why"]) if int_mm.get("path")
-                              else "arithmetic %s" % int_mm["why"], 6, "    "))
-    elif int_mm and int_mm.get("note"):
-        lines.append("  torch._int_mm on the NPU: %s" % int_mm["note"])
-    return lines
-
-
-def _fp8_line(fp8):
-    """What fp8 weights become in this process (ascend_shim.patches.fp8_effective), once decided."""
-    if not fp8:
-        return []
-    form = fp8.get("form") or "kept as float8"
-    return ["fp8 weights: %s%s" % (form, " (%s)" % fp8["why"] if fp8.get("why") else "")]
-
-
-def _attention_lines(attention):
-    """This process's SDPA calls on the NPU, by fused-kernel condition (patches/attention_account)."""
-    if not attention or not attention.get("calls"):
-        return []
-    from ascend_shim.patches.attention_account import summary
-
-    lines = [fill("attention: %s" % summary(attention["by_reason"]), 2)]
-    lines.extend("  first %s: %s" % (reason, shapes) for reason, shapes in sorted(attention["examples"].items()))
-    return lines
 
 
 def main(options):

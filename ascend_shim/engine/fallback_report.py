@@ -18,7 +18,7 @@ import sys
 import tempfile
 import threading
 import time
-from typing import Iterator, List, Mapping, Optional
+from typing import Dict, Iterator, List, Mapping, Optional, Set
 
 PATTERN = re.compile(
     r"operator '([^']+)' is not currently supported on the NPU backend "
@@ -26,8 +26,8 @@ PATTERN = re.compile(
 )
 
 _lock = threading.Lock()
-_seen = {}        # op -> {"first_seen": epoch seconds, "where": "file:line", "count": n}
-_announced = set()
+_seen: Dict[str, dict] = {}  # op -> {"first_seen": epoch seconds, "where": "file:line", "count": n}
+_announced: Set[str] = set()
 
 
 def record(message, filename=None, lineno=None):
@@ -149,7 +149,7 @@ def native_fallbacks() -> Iterator[List[str]]:
         if saved is not None:
             os.close(saved)
             saved = None
-    if saved is None:
+    if saved is None or spool is None:  # (a saved fd 2 means a spool)
         if spool is not None:
             spool.close()
         yield ops

@@ -12,7 +12,7 @@ shim's own, so it does not need wrapt 2.5's ``unwrap_object``.
 
 from __future__ import annotations
 
-from typing import Any, Callable, Optional, Sequence
+from typing import Any, Callable, Dict, Optional, Sequence
 
 PENDING, APPLYING, APPLIED, SKIPPED, FAILED, DISABLED, REMOVED = (
     "pending", "applying", "applied", "skipped", "failed", "disabled", "removed",
@@ -35,13 +35,17 @@ class Patch:
     remove   optional clean-up ``remove(module)`` after the generic undo
     version  optional ``version(module) -> str | None``: the target package's
              version, shown by ``status``
+    report   optional ``report() -> dict | None``: named sections ``status``
+             shows (``{"int_mm": {...}}``); read cheaply, without importing
+             what was never loaded
     """
 
     def __init__(self, name: str, target: str, summary: str,
                  apply: Callable[["Changes", Any], None], guard: Optional[Guard] = None,
                  requires: Sequence[str] = (), after: Sequence[str] = (),
                  remove: Optional[Callable[[Any], None]] = None,
-                 version: Optional[Callable[[Any], Optional[str]]] = None):
+                 version: Optional[Callable[[Any], Optional[str]]] = None,
+                 report: Optional[Callable[[], Optional[Dict[str, Any]]]] = None):
         self.name = name
         self.target = target
         self.summary = summary
@@ -51,6 +55,7 @@ class Patch:
         self.after = tuple(after)
         self.remove = remove
         self.version = version
+        self.report = report
 
     @property
     def modules(self) -> tuple:

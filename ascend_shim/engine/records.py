@@ -1,17 +1,18 @@
 """Where each patch stands in this process: one record per declared patch.
 
-The engine writes the records; patches that report on others (``announce``)
-read them here, so no patch imports the engine that imports it.
+An engine (``ascend_shim.engine.runner.Engine``) owns its records; the one
+installed in this process is the one patches read here (``announce``,
+``fp8_effective``), so no patch needs the engine object itself.
 """
 
 from __future__ import annotations
 
 import threading
+from typing import Dict, List
 
 from ascend_shim.engine.patching import APPLIED, PENDING, Patch
 
-_lock = threading.Lock()
-_records: dict = {}  # patch name -> Record, in declaration order
+Records = Dict[str, "Record"]  # patch name -> Record, in declaration order
 
 
 class Record:
@@ -30,23 +31,37 @@ class Record:
         self.reason = ""
 
 
-def create(patches) -> dict:
-    """One record per patch, once (the engine passes the declared patches)."""
-    with _lock:
-        if not _records:
-            for patch in patches:
-                _records[patch.name] = Record(patch)
-    return _records
+class Installed:
+    """The records of the installed engines, newest last: what patches read.
+
+    A stack, so an engine installed for a while (a test's) hands the
+    process's engine back when it is uninstalled.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._stack: List[Records] = []
+
+    def push(self, records: Records) -> None:
+        with self._lock:
+            if not any(r is records for r in self._stack):
+                self._stack.append(records)
+
+    def remove(self, records: Records) -> None:
+        with self._lock:
+            self._stack[:] = [r for r in self._stack if r is not records]
+
+    def current(self) -> Records:
+        return self._stack[-1] if self._stack else {}
 
 
-def records() -> dict:
-    return _records
+INSTALLED = Installed()
 
 
-def state_of(name: str):
-    record = _records.get(name)
-    return record.state if record else None
+def records() -> Records:
+    """The installed engine's records ({} while none is installed)."""
+    return INSTALLED.current()
 
 
-def applied_names() -> list:
-    return [name for name, record in _records.items() if record.state == APPLIED]
+def applied_names() -> List[str]:
+    return [name for name, record in records().items() if record.state == APPLIED]

@@ -20,7 +20,7 @@ import dataclasses
 import logging
 import sys
 import threading
-from typing import Callable
+from typing import Any, Callable, Optional
 
 from ascend_shim.startup import config as _config
 from ascend_shim.kitchen.backend import (
@@ -118,10 +118,6 @@ class Installation:
     policy: str
 
 
-_lock = threading.Lock()
-_state = {"installation": None, "decision": "not registered", "policy": None}
-
-
 # -- priority --------------------------------------------------------------
 
 def upstream_int8(registry):
@@ -141,7 +137,8 @@ def desired_priority(current, policy, upstream_ok):
     return head + [n for n in rest if n not in head]
 
 
-def _set_priority(installation):
+def _arrange(installation):
+    """Apply the installation's policy to the registry: (priority order, decision in words)."""
     registry, policy = installation.registry, installation.policy
     upstream_ok = upstream_int8(registry)
 
@@ -151,11 +148,11 @@ def _set_priority(installation):
 
     order = registry.reorder(arrange)
     if policy in ("upstream", "auto") and upstream_ok:
-        _state["decision"] = "upstream %r first, %s" % (
+        decision = "upstream %r first, %s" % (
             UPSTREAM, "then ascend_shim" if SHIM in order else "then the on-device fallback")
     else:
-        _state["decision"] = "%s first" % order[0]
-    return order
+        decision = "%s first" % order[0]
+    return order, decision
 
 
 # -- install / remove ----------------------------------------------------
@@ -170,28 +167,71 @@ def _entries(ck, backend, serve_npu):
     return groups
 
 
-def install(ck):
-    """Register the backends for this process's policy; returns a short note."""
-    import torch_npu
+class KitchenInstallation:
+    """The shim's backends in this process's comfy-kitchen registry.
 
-    registry = KitchenRegistry(ck.registry)
-    policy = _config.get().int8
-    backend = Int8Backend(KitchenFeatures(ck), torch_npu, registry,
-                          on_broken=lambda reason: _withdraw(registry, reason))
-    problem = backend.capability.problem
-    groups = _entries(ck, backend, serve_npu=policy != "upstream" and not problem)
-    with _lock:
-        for name, functions in groups.items():
-            registry.register(name, BackendModule(name, {f: impl for f, (impl, _) in functions.items()}),
-                              {f: constraints for f, (_, constraints) in functions.items()})
-        if problem and policy != "upstream":
-            registry.mark_unavailable(SHIM, "NPU INT8 path off: %s" % problem)
-        installation = Installation(registry, backend, tuple(groups), policy)
-        _state.update(installation=installation, policy=policy)
-        order = _set_priority(installation)
-    note = "%s; priority %s; %s" % (_state["decision"], order, rope.install(ck, registry, policy))
-    log.debug("kitchen: %s", note)
-    return note
+    ``install(ck)`` registers them for the configured policy (again on a
+    fresh comfy_kitchen, replacing what it registered), ``uninstall()`` leaves
+    the registry as it was (idempotent).
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.installed: Optional[Installation] = None
+        self.decision = "not registered"
+        self.policy: Optional[str] = None
+
+    def install(self, ck: Any) -> str:
+        """Register the backends for this process's policy; returns a short note."""
+        import torch_npu
+
+        registry = KitchenRegistry(ck.registry)
+        policy = _config.get().int8
+        backend = Int8Backend(KitchenFeatures(ck), torch_npu, registry,
+                              on_broken=lambda reason: _withdraw(registry, reason))
+        problem = backend.capability.problem
+        groups = _entries(ck, backend, serve_npu=policy != "upstream" and not problem)
+        with self._lock:
+            for name, functions in groups.items():
+                registry.register(name, BackendModule(name, {f: impl for f, (impl, _) in functions.items()}),
+                                  {f: constraints for f, (_, constraints) in functions.items()})
+            if problem and policy != "upstream":
+                registry.mark_unavailable(SHIM, "NPU INT8 path off: %s" % problem)
+            self.installed, self.policy = Installation(registry, backend, tuple(groups), policy), policy
+            order, self.decision = _arrange(self.installed)
+        note = "%s; priority %s; %s" % (self.decision, order, rope.install(ck, registry, policy))
+        log.debug("kitchen: %s", note)
+        return note
+
+    def assert_priority(self) -> Optional[list]:
+        """Put the policy's order back (ComfyUI rearranges backends at import)."""
+        with self._lock:
+            if self.installed is None:
+                return None
+            order, self.decision = _arrange(self.installed)
+            return order
+
+    def uninstall(self) -> None:
+        """Remove the shim's backends: comfy-kitchen's registry is as it was before."""
+        with self._lock:
+            if self.installed is None:
+                return
+            for name in (SHIM, FALLBACK, rope.BACKEND):
+                self.installed.registry.unregister(name)
+            self.installed, self.decision = None, "removed"
+
+    def registry(self) -> Optional[KitchenRegistry]:
+        if self.installed is not None:
+            return self.installed.registry
+        ck = sys.modules.get("comfy_kitchen")
+        registry = getattr(ck, "registry", None)
+        return KitchenRegistry(registry) if registry is not None else None
+
+
+KITCHEN = KitchenInstallation()  # this process's
+install = KITCHEN.install
+assert_priority = KITCHEN.assert_priority
+uninstall = KITCHEN.uninstall
 
 
 def _withdraw(registry, reason):
@@ -200,36 +240,7 @@ def _withdraw(registry, reason):
     log.warning("NPU INT8 path off, using the dequantized fallback: %s", reason)
 
 
-def assert_priority():
-    """Put the policy's order back (ComfyUI rearranges backends at import)."""
-    with _lock:
-        installation = _state["installation"]
-        if installation is None:
-            return None
-        return _set_priority(installation)
-
-
-def uninstall():
-    """Remove the shim's backends: comfy-kitchen's registry is as it was before."""
-    with _lock:
-        installation = _state["installation"]
-        if installation is None:
-            return
-        for name in (SHIM, FALLBACK, rope.BACKEND):
-            installation.registry.unregister(name)
-        _state.update(installation=None, decision="removed")
-
-
 # -- status ------------------------------------------------------------------
-
-def _current_registry():
-    installation = _state["installation"]
-    if installation is not None:
-        return installation.registry
-    ck = sys.modules.get("comfy_kitchen")
-    registry = getattr(ck, "registry", None)
-    return KitchenRegistry(registry) if registry is not None else None
-
 
 def upstream_ahead(order, upstream_ok):
     """Upstream's ``ascend`` serves int8_linear: it offers it and comes before the
@@ -245,12 +256,12 @@ def npu_int8_served(device=None, probe=True):
     With ``probe``, the shim's own path counts only after its capability
     probe passed on ``device`` (the current NPU when None).
     """
-    registry = _current_registry()
+    registry = KITCHEN.registry()
     if registry is None:
         return False
     if upstream_ahead(registry.priority(), upstream_int8(registry)):
         return True
-    installation = _state["installation"]
+    installation = KITCHEN.installed
     if installation is None or SHIM not in installation.registered:
         return False
     if SHIM not in registry.priority() or not registry.is_available(SHIM):
@@ -264,12 +275,12 @@ def npu_int8_served(device=None, probe=True):
 
 
 def report():
-    installation = _state["installation"]
-    registry = _current_registry()
+    installation = KITCHEN.installed
+    registry = KITCHEN.registry()
     capability = installation.backend.capability if installation else None
     return {
-        "policy": _state["policy"] or _config.get().int8,
-        "decision": _state["decision"],
+        "policy": KITCHEN.policy or _config.get().int8,
+        "decision": KITCHEN.decision,
         "note": ("NPU INT8 path off: %s" % capability.problem) if capability and capability.problem else "",
         "registered": list(installation.registered) if installation else [],
         "priority": registry.priority() if registry is not None else None,

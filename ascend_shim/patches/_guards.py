@@ -59,7 +59,7 @@ def device_type(device):
     return getattr(device, "type", device)
 
 
-def probed_device_type(args, kwargs, mm=None):
+def probed_device_type(args, kwargs, mm):
     """Device type a ``supports_*_compute(device=None)`` call asks about.
 
     The ``device`` argument, else ComfyUI's current torch device (of ``mm``,
@@ -69,10 +69,6 @@ def probed_device_type(args, kwargs, mm=None):
 
     device = argument(args, kwargs, 0, "device")
     if device is None:
-        if mm is None:  # int8_compute.py does not pass its module yet
-            import importlib
-
-            mm = importlib.import_module("comfy.model_management")
         device = mm.get_torch_device()
     return device_type(device)
 

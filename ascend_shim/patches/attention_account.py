@@ -242,6 +242,11 @@ def apply(changes: Any, ops: Any) -> None:
     wrap_function(changes, ops, "scaled_dot_product_attention", _account)
 
 
+def status_section() -> Dict[str, Any]:
+    """What ``status`` shows: this process's account."""
+    return {"attention": report()}
+
+
 PATCH = Patch(
     name="attention_account",
     target="comfy.ops",
@@ -250,4 +255,5 @@ PATCH = Patch(
     guard=guard,
     apply=apply,
     version=versions.comfyui,
+    report=status_section,
 )

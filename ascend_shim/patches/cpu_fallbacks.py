@@ -28,6 +28,12 @@ def apply(changes, torch_npu):
     wrap_function(changes, torch_npu, "showwarning", _record_fallback, owner=warnings)
 
 
+def report():
+    from ascend_shim.engine import fallback_report
+
+    return {"cpu_fallbacks": fallback_report.report()}
+
+
 PATCH = Patch(
     name="cpu_fallbacks",
     target="torch_npu",
@@ -35,4 +41,5 @@ PATCH = Patch(
     guard=guard,
     apply=apply,
     version=versions.torch_npu,
+    report=report,
 )

@@ -12,6 +12,7 @@ Torch is imported on the first call, not with the patch.
 """
 
 import importlib
+import sys
 
 from ascend_shim.patches import fp8_policy
 from ascend_shim.engine import versions
@@ -56,6 +57,12 @@ def apply(changes, utils):
     changes.note(_form_note())
 
 
+def report():
+    """What fp8 weights become here, once ``fp8_effective`` was loaded (by a decision on fp8)."""
+    effective = sys.modules.get("ascend_shim.patches.fp8_effective")
+    return {"fp8": effective.report() if effective else None}
+
+
 PATCH = Patch(
     name="fp8_state_dict",
     target="comfy.utils",
@@ -64,4 +71,5 @@ PATCH = Patch(
     guard=guard,
     apply=apply,
     version=versions.comfyui,
+    report=report,
 )

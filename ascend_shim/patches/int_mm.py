@@ -12,6 +12,8 @@ orders comfy-kitchen's backends (``off`` registers none, so eager runs and
 reaches this kernel). Only ``ASCEND_SHIM_DISABLE=int_mm`` removes it.
 """
 
+import sys
+
 from ascend_shim.engine import versions
 from ascend_shim.engine.patching import Patch
 
@@ -39,6 +41,12 @@ def remove(torch_npu):
     int_mm.REGISTRATION.uninstall()
 
 
+def report():
+    """The kernel's registration and calls; read only where it was loaded (it needs torch)."""
+    int_mm = sys.modules.get("ascend_shim.aten.int_mm")
+    return {"int_mm": int_mm.report() if int_mm else None}
+
+
 PATCH = Patch(
     name="int_mm",
     target="torch_npu",
@@ -47,4 +55,5 @@ PATCH = Patch(
     apply=apply,
     remove=remove,
     version=versions.torch_npu,
+    report=report,
 )

@@ -5,6 +5,8 @@ comfy-kitchen's registry when comfy_kitchen loads (with or without ComfyUI)
 and orders them per ``ASCEND_SHIM_INT8``. Eager is never edited.
 """
 
+import sys
+
 from ascend_shim.startup import config as _config
 from ascend_shim.engine import versions
 from ascend_shim.engine.patching import Patch
@@ -32,6 +34,14 @@ def remove(ck):
     registration.uninstall()
 
 
+def report():
+    """The INT8 and W4A8 backends' state; read only where they were loaded (they need torch)."""
+    registration = sys.modules.get("ascend_shim.kitchen.registration")
+    w4a8 = sys.modules.get("ascend_shim.kitchen.w4a8")
+    return {"int8": registration.report() if registration else {"decision": "not registered"},
+            "w4a8": w4a8.report() if w4a8 else None}
+
+
 PATCH = Patch(
     name="kitchen_int8",
     target="comfy_kitchen",
@@ -40,4 +50,5 @@ PATCH = Patch(
     apply=apply,
     remove=remove,
     version=versions.comfy_kitchen,
+    report=report,
 )

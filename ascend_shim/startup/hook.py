@@ -22,16 +22,24 @@ module, and patches are applied outside it.
 Output: only through ``ascend_shim.startup.output`` (stderr where there is one).
 """
 
+from __future__ import annotations
+
 import os
 import sys
 import threading
+
+TYPE_CHECKING = False  # typing is not imported for this: the names below are for mypy alone
+if TYPE_CHECKING:
+    from typing import Any, Dict, Optional
+
+    from ascend_shim.engine.runner import Engine
 
 import ascend_shim
 from ascend_shim.startup.output import warn, write
 
 _start_lock = threading.RLock()
 _namespace_lock = threading.RLock()
-_engine: dict = {"module": None, "error": None, "started": False}
+_engine: Dict[str, Any] = {"object": None, "started": False}
 _executing: set = set()  # watched names between exec start and delivery
 _delivered: dict = {}  # name -> module object last delivered
 
@@ -106,26 +114,32 @@ def _deliver_parent_namespace(name):
             deliver(package)
 
 
-def engine():
-    """The started engine module, or None if it cannot start (reason kept)."""
-    if _engine["started"]:
-        return _engine["module"]
+def _declared_patches() -> list:
+    # the one lazy arrow from startup/ up to patches/: the list this process's engine runs
+    from ascend_shim.patches import PATCHES
+
+    return PATCHES
+
+
+def engine(start: bool = True, why: str = "first import of a watched module") -> Optional[Engine]:
+    """This process's engine, installed and started (``why``: for the debug line); None if
+    it cannot be made (warned), or, with ``start=False``, while nothing has started it yet."""
+    if _engine["started"] or not start:
+        return _engine["object"]
     with _start_lock:
         if not _engine["started"]:
             try:
-                debug("first import of a watched module: starting the patch engine")
-                from ascend_shim.engine import runner as module
+                debug("%s: starting the patch engine" % why)
+                from ascend_shim.engine.runner import Engine
 
-                module.start()
-                _engine["module"] = module
+                _engine["object"] = Engine(_declared_patches).install()
             except Exception as exc:
-                _engine["error"] = "%s: %s" % (type(exc).__name__, exc)
-                warn("the patch engine failed to start, nothing is patched: %s" % _engine["error"])
+                warn("the patch engine failed to start, nothing is patched: %s: %s" % (type(exc).__name__, exc))
                 if _strict():
                     raise
             finally:
                 _engine["started"] = True
-    return _engine["module"]
+    return _engine["object"]
 
 
 def deliver(module, late=False):
@@ -164,7 +178,3 @@ def deliver_present():
         if (module is not None and is_watched(name) and name not in _executing
                 and _delivered.get(name) is not module):
             deliver(module, late=True)
-
-
-def engine_error():
-    return _engine["error"]

@@ -405,10 +405,11 @@ def run(name):
 
 def fp8_status():
     try:
-        import ascend_shim.engine.runner as engine
+        from ascend_shim.startup import hook
     except ImportError:
         return None
-    if not engine.started():
+    engine = hook.engine(start=False)
+    if engine is None:
         return None
     return {r["name"]: {"state": r["state"], "reason": r.get("reason")}
             for r in engine.patch_status() if r["name"].startswith("fp8_")}

@@ -29,7 +29,7 @@ import comfy.model_management as mm  # noqa: E402
 import comfy.ops  # noqa: E402
 import torch  # noqa: E402
 
-from ascend_shim.engine import runner as engine  # noqa: E402
+from ascend_shim.startup import hook  # noqa: E402
 from testbed import npu_device  # noqa: E402
 
 warnings.simplefilter("ignore")
@@ -118,6 +118,7 @@ def walk():
         return {name: walk_one(cls) for name, cls in layer_classes().items()}
 
 
+engine = hook.engine()
 fp8_patches = [r["name"] for r in engine.patch_status() if r["name"].startswith("fp8_") and r["state"] == "applied"]
 patched = walk()
 for name in fp8_patches:

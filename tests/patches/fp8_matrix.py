@@ -46,8 +46,7 @@ import torch  # noqa: E402
 import torch_npu  # noqa: E402
 
 from ascend_shim.startup import config as _config  # noqa: E402
-from ascend_shim.engine import records as _records
-from ascend_shim.engine import runner as engine
+from ascend_shim.startup import hook  # noqa: E402
 from ascend_shim.patches import fp8_effective  # noqa: E402
 from ascend_shim.patches import int8_gaps  # noqa: E402
 from testbed import npu_device  # noqa: E402
@@ -64,8 +63,10 @@ WATCHED = ("kitchen_int8", "int_mm", "kitchen_priority", "int8_compute", "fp8_st
 def reconfigure(env):
     """This process as if started with ``env``: every patch decided again."""
     _config._cached = _config.Config(env)
-    engine.remove_all()
-    targets = dict.fromkeys(r.patch.target for r in _records.records().values())
+    engine = hook.engine()
+    engine.uninstall()
+    engine.install()
+    targets = dict.fromkeys(r.patch.target for r in engine.records.values())
     for name in targets:
         if name in sys.modules:
             engine.on_import(sys.modules[name])
@@ -162,7 +163,7 @@ def run_layer(name):
 def run_combo(int8, fp8, disable, reconfigured=True):
     if reconfigured:
         reconfigure({"ASCEND_SHIM_INT8": int8, "ASCEND_SHIM_FP8": fp8, "ASCEND_SHIM_DISABLE": disable})
-    states = {r.patch.name: [r.state, r.reason] for r in _records.records().values() if r.patch.name in WATCHED}
+    states = {r.patch.name: [r.state, r.reason] for r in hook.engine().records.values() if r.patch.name in WATCHED}
     with torch.no_grad():
         layers = {name: run_layer(name) for name in LAYERS}
     return {"int8": int8, "fp8": fp8, "disable": disable, "patches": states,

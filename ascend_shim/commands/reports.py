@@ -1,0 +1,89 @@
+"""How ``status`` shows the report sections the patches declare (``Patch(report=...)``).
+
+The engine merges every declared section into its status (``reports`` names
+them). The sections below get their own words, in this order, and are shown
+even where no patch loaded (then with what is known: nothing registered);
+any other declared section is shown as it is, so a new report needs no
+change here to be seen.
+"""
+
+from ascend_shim.commands.text import fill
+
+
+def lines(data):
+    """The declared sections as ``status`` shows them."""
+    out = []
+    for sections, render in RENDERED:
+        out.extend(render(data, *[data.get(name) for name in sections]))
+    known = {name for sections, _ in RENDERED for name in sections}
+    for name in data.get("reports") or ():
+        value = data.get(name)
+        if name not in known and value not in (None, {}, []):
+            text = (", ".join("%s=%s" % item for item in value.items()) if isinstance(value, dict)
+                    else str(value))
+            out.append(fill("%s: %s" % (name, text), 6))
+    return out
+
+
+def int8_lines(data, int8, w4a8, int_mm):
+    int8 = int8 or {"decision": "not registered"}
+    if data.get("kitchen_in_use") is False:  # registered or not, nothing reaches it
+        return ["", fill("INT8 (comfy-kitchen): not in use: this ComfyUI runs without comfy-kitchen "
+                         "(comfy.quant_ops could not import it; `python -m ascend_shim doctor` says "
+                         "why)", 2)]
+    lines = ["", "INT8 (comfy-kitchen): %s" % int8.get("decision")]
+    if int8.get("note"):
+        lines.append("  %s" % int8["note"])
+    if int8.get("priority") is not None:
+        lines.append("  priority: %s" % ", ".join(int8["priority"]))
+        calls = int8.get("calls") or {}
+        lines.append("  calls: NPU INT8 %s, on-device fallback %s, INT8 errors %s, handed to eager %s" % (
+            calls.get("npu_quant", 0), calls.get("fallback", 0), calls.get("quant_errors", 0),
+            calls.get("to_eager", 0)))
+        for param, entry in sorted((calls.get("declined") or {}).items()):
+            lines.append("  declined on %s: %d (last: %s)" % (param, entry["count"], entry["last_reason"]))
+    if w4a8 and any(w4a8.get(key) for key in ("npu_quant", "float_path")):
+        lines.append("  W4A8 calls: NPU INT8 %s, on-device float path %s" % (
+            w4a8.get("npu_quant", 0), w4a8.get("float_path", 0)))
+    if int_mm and int_mm.get("registered"):
+        lines.append("  torch._int_mm on the NPU: served by the shim (%s calls)" % int_mm.get("calls", 0))
+        if int_mm.get("why"):
+            lines.append(fill("by %s: %s" % (int_mm["path"], int_mm["why"]) if int_mm.get("path")
+                              else "arithmetic %s" % int_mm["why"], 6, "    "))
+    elif int_mm and int_mm.get("note"):
+        lines.append("  torch._int_mm on the NPU: %s" % int_mm["note"])
+    return lines
+
+
+def fp8_line(fp8):
+    """What fp8 weights become in this process (ascend_shim.patches.fp8_effective), once decided."""
+    if not fp8:
+        return []
+    form = fp8.get("form") or "kept as float8"
+    return ["fp8 weights: %s%s" % (form, " (%s)" % fp8["why"] if fp8.get("why") else "")]
+
+
+def attention_lines(attention):
+    """This process's SDPA calls on the NPU, by fused-kernel condition (patches/attention_account)."""
+    if not attention or not attention.get("calls"):
+        return []
+    from ascend_shim.patches.attention_account import summary
+
+    lines = [fill("attention: %s" % summary(attention["by_reason"]), 2)]
+    lines.extend("  first %s: %s" % (reason, shapes) for reason, shapes in sorted(attention["examples"].items()))
+    return lines
+
+
+def fallback_lines(data, seen):
+    from ascend_shim.engine.fallback_report import status_lines
+
+    npu = bool((data.get("machine") or {}).get("npu"))
+    return [fill(line, 6) for line in status_lines(seen or {}, npu)]
+
+
+RENDERED = (  # (declared sections, their lines), in the order shown
+    (("int8", "w4a8", "int_mm"), int8_lines),
+    (("fp8",), lambda data, fp8: fp8_line(fp8)),
+    (("attention",), lambda data, attention: attention_lines(attention)),
+    (("cpu_fallbacks",), fallback_lines),
+)
