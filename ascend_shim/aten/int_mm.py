@@ -4,7 +4,7 @@ No torch_npu release implements ``aten::_int_mm``; its calls reach
 torch_npu's boxed CPU fallback. A kernel registered for the NPU's dispatch
 key (PrivateUse1) wins over that fallback for every caller:
 ``torch._int_mm``, ``torch.ops.aten._int_mm``, comfy-kitchen's eager INT8
-paths and C++ (FACTS 7.3). The kernel computes the exact int32 product on the
+paths and C++. The kernel computes the exact int32 product on the
 device (``int8_math.exact_int_mm``). It is registered only for the overloads
 torch_npu has no kernel of its own for, so a torch_npu that implements
 ``_int_mm`` keeps serving it.
@@ -14,6 +14,7 @@ import threading
 
 import torch
 
+from ascend_shim.engine.npu import is_out_of_memory
 from ascend_shim.npu_math import int8 as int8_math
 
 DISPATCH_KEY = "PrivateUse1"
@@ -79,7 +80,7 @@ def _device_product(a, b):
     try:
         return int8_math.exact_int_mm(a, b)
     except RuntimeError as exc:
-        if "out of memory" in str(exc).lower():
+        if is_out_of_memory(exc):
             raise
         raise RuntimeError("ascend_shim: the NPU could not run the fp32 GEMMs of aten::_int_mm "
                            "(the operands are valid): %s" % exc) from exc
@@ -186,7 +187,7 @@ def device_check(device, ops=None, shape=(64, 4096, 256), repeat=5):
     """Is ``aten::_int_mm`` on ``device`` exact against the CPU, and how fast?
 
     Also asks whether ``npu_quant_matmul`` with int32 output and a unit scale
-    (op-plugin 7.0.0+, FACTS 4.2: unverified) is exact and faster: a candidate
+    (op-plugin 7.0.0+; its vendor test is skipped, so unverified) is exact and faster: a candidate
     for a later default, reported, never used here. ``ops`` is torch_npu.
     """
     a, b = _check_operands(*shape)
