@@ -477,12 +477,9 @@ def output_failures(out, kwargs):
 
 def kitchen_rotation():
     """comfy-kitchen's ConvRot (build_hadamard, rotate_activation), as the backend uses them, or None."""
-    try:
-        from comfy_kitchen.tensor import int8_utils
+    from ascend_shim.kitchen import registry_access
 
-        return int8_utils._build_hadamard, int8_utils._rotate_activation
-    except (ImportError, AttributeError):
-        return None
+    return registry_access.convrot().value
 
 
 def fallback_call(kwargs):
