@@ -1,4 +1,5 @@
-"""CPU reference implementations of the torch_npu quant ops (FACTS §4.1, §4.2, §4.5).
+"""CPU reference implementations of the torch_npu quant ops (as torch_npu's op docs
+and kernels describe them).
 
 They check what the real ops check, compute on the CPU data behind the npu
 wrappers, and record each accepted call in ``torch_npu._testbed``.
@@ -304,7 +305,7 @@ def npu_quant_matmul(
             raise _testbed.reject(
                 op, f"float16 output with pertoken_scale requires a float32 scale, got {scale.dtype}"
             )
-    # dtype combinations (FACTS §4.3)
+    # dtype combinations of the op docs (7.0.0 on): a bf16 bias needs bf16 output, fp16 fp16
     if out_dtype == torch.bfloat16 and scale.dtype not in (torch.float32, torch.bfloat16):
         raise _testbed.reject(op, f"bfloat16 output requires a float32 or bfloat16 scale, got {scale.dtype}")
     if out_dtype == torch.float16 and scale.dtype == torch.bfloat16:
@@ -358,7 +359,7 @@ def npu_quant_matmul(
         acc = _exact_int_matmul(a, b)
         if bias is not None and bias.dtype == torch.int32:
             acc = acc + u(bias).double()
-        out = acc.float()  # int32 -> fp32 first, then scale (FACTS §4.5)
+        out = acc.float()  # int32 -> fp32 first, then scale (the kernel's order)
         s = u(scale)
         s = _decode_int64_scale(s) if s.dtype == torch.int64 else s.float()
         if "per_channel_scale_first" in defects and s.numel() > 1:
