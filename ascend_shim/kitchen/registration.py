@@ -20,7 +20,7 @@ import dataclasses
 import logging
 import sys
 import threading
-from typing import Callable
+from typing import Any, Callable, Dict
 
 from ascend_shim.startup import config as _config
 from ascend_shim.kitchen.backend import (
@@ -119,7 +119,7 @@ class Installation:
 
 
 _lock = threading.Lock()
-_state = {"installation": None, "decision": "not registered", "policy": None}
+_state: Dict[str, Any] = {"installation": None, "decision": "not registered", "policy": None}
 
 
 # -- priority --------------------------------------------------------------
@@ -162,7 +162,7 @@ def _set_priority(installation):
 
 def _entries(ck, backend, serve_npu):
     """{backend name: {function: (implementation, constraints)}} for this kitchen."""
-    groups = {}
+    groups: Dict[str, dict] = {}
     for entry in ENTRY_POINTS:
         if not hasattr(ck, entry.function) or (entry.backend == SHIM and not serve_npu):
             continue
