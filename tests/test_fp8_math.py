@@ -7,6 +7,7 @@ weights and scales, on Gaussian and heavy-tailed weights.
 """
 
 import re
+import types
 
 import pytest
 
@@ -154,3 +155,15 @@ def test_quality_figures():
     for row in rows:
         print("| %s | %s | %.6f | %.6f | %.6f | %.6f |" % row)
     assert all(r[2] >= 0.9999 and r[3] >= 0.9999 and r[4] >= 0.999 and r[5] >= 0.999 for r in rows)
+
+
+def test_one_8bit_float_test_for_the_math_and_the_patches():
+    from ascend_shim.patches import fp8_dtypes, fp8_layer
+
+    dtypes = [getattr(torch, n) for n in dir(torch) if isinstance(getattr(torch, n), torch.dtype)]
+    for value in dtypes + [None, "float8_e4m3fn", 1]:
+        expected = isinstance(value, torch.dtype) and value.is_floating_point and value.itemsize == 1
+        assert fp8_math.is_8bit_float(value) is expected, value
+        assert fp8_dtypes.is_8bit_float(value) is expected, value
+        weight = types.SimpleNamespace(dtype=value)  # what the layer check reads of a tensor
+        assert fp8_layer.may_hold_float8({"l.weight": weight}, "l.") is expected, value

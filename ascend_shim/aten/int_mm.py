@@ -20,6 +20,7 @@ from typing import Any, Callable, Dict, Optional, Tuple
 import torch
 
 from ascend_shim.aten import int_mm_path
+from ascend_shim.engine.npu import is_out_of_memory
 
 DISPATCH_KEY = "PrivateUse1"
 OVERLOADS = ("_int_mm", "_int_mm.out")
@@ -105,7 +106,7 @@ class IntMmRegistration:
         try:
             return self.path.product(a, b)
         except RuntimeError as exc:
-            if "out of memory" in str(exc).lower():
+            if is_out_of_memory(exc):
                 raise
             raise RuntimeError("ascend_shim: the NPU could not compute aten::_int_mm "
                                "(the operands are valid): %s" % exc) from exc

@@ -17,3 +17,13 @@ def npu_reason():
     if not available:
         return "no NPU available (torch.npu.is_available() is False)"
     return None
+
+
+def is_out_of_memory(exc: BaseException) -> bool:
+    """Whether ``exc`` says the device ran out of memory: the caller's state, not a broken op,
+    so it is raised on, never served by a slower path."""
+    import torch
+
+    # torch.OutOfMemoryError exists from torch 2.5; older stacks say it in the text
+    oom = getattr(torch, "OutOfMemoryError", ())
+    return isinstance(exc, oom) or "out of memory" in str(exc).lower()

@@ -16,12 +16,14 @@ priority live in ``registration``.
 import inspect
 import logging
 import threading
+from typing import Any, Callable, Optional
 
 import torch
 
-from ascend_shim.kitchen import capability, contract
+from ascend_shim.engine.npu import is_out_of_memory
+from ascend_shim.kitchen import capability, contract, registry_access
+from ascend_shim.kitchen.contract import Decline, int8_linear_call
 from ascend_shim.npu_math import int8 as int8_math
-from ascend_shim.kitchen.contract import int8_linear_call
 
 log = logging.getLogger("ascend_shim")
 
@@ -33,63 +35,24 @@ EAGER = "eager"
 OP_ERRORS = (RuntimeError, TypeError, ValueError)
 
 
-class Counters:
-    """Per-process call counts, shown by ``status``."""
-
-    def __init__(self):
-        self._lock = threading.Lock()
-        self.reset()
-
-    def reset(self):
-        self.npu_quant = 0
-        self.fallback = 0
-        self.quant_errors = 0
-        self.to_eager = 0
-        self.declined = {}  # param -> {"count": n, "last_reason": text}
-
-    def add(self, field):
-        with self._lock:
-            setattr(self, field, getattr(self, field) + 1)
-
-    def decline(self, param, reason):
-        with self._lock:
-            entry = self.declined.setdefault(param, {"count": 0, "last_reason": ""})
-            entry["count"] += 1
-            entry["last_reason"] = reason
-
-    def as_dict(self):
-        with self._lock:
-            return {
-                "npu_quant": self.npu_quant,
-                "fallback": self.fallback,
-                "quant_errors": self.quant_errors,
-                "to_eager": self.to_eager,
-                "declined": {k: dict(v) for k, v in self.declined.items()},
-            }
-
-
-COUNTERS = Counters()
+COUNTERS = contract.Counters("npu_quant", "fallback", "quant_errors", "to_eager")
 
 
 class KitchenFeatures:
     """What the installed comfy-kitchen offers, found by feature, not version."""
 
-    def __init__(self, ck):
+    def __init__(self, ck: Any) -> None:
         self.version = getattr(ck, "__version__", None)
-        try:
-            from comfy_kitchen.backends import _activations
-        except ImportError:
-            _activations = None
-        self.apply_input_act = getattr(_activations, "apply_input_act", None)
-        codes = getattr(_activations, "INPUT_ACT_TO_CODE", {None: 0})
-        self.input_acts = frozenset(codes)
+        self.apply_input_act = registry_access.apply_input_act().value
+        self.input_acts = registry_access.input_act_names()
         self.act_takes_weight = False
         if self.apply_input_act is not None:
             self.act_takes_weight = len(inspect.signature(self.apply_input_act).parameters) >= 4
-        from comfy_kitchen.tensor import int8_utils
-
-        self.build_hadamard = int8_utils._build_hadamard
-        self.rotate_activation = int8_utils._rotate_activation
+        convrot = registry_access.convrot()
+        self.build_hadamard: Optional[Callable]
+        self.rotate_activation: Optional[Callable]
+        self.build_hadamard, self.rotate_activation = convrot.value or (None, None)
+        self.convrot_missing: Optional[str] = convrot.missing
         from comfy_kitchen.constraints import FunctionConstraints
 
         self.call_rules = "call_rules" in getattr(FunctionConstraints, "__dataclass_fields__", {})
@@ -161,15 +124,19 @@ class Int8Backend:
         h = self.features.build_hadamard(group, device=x.device, dtype=x.dtype)
         return self.features.rotate_activation(x, h, group)
 
-    def decline_reason(self, call):
+    def decline_reason(self, call: contract.Int8LinearCall) -> Decline:
         """None when the NPU INT8 path takes ``call``, else ``(param, reason)``."""
-        declined = contract.check(call, self.features.input_acts)
+        declined = self._convrot_decline(call) or contract.check(call, self.features.input_acts)
         if declined:
             return declined
         verdict = self.capability.verdict(call.x.device, call.dtype, call.bias is not None)
         return ("__backend__", verdict) if verdict else None
 
-    def report_once(self, text, *args):
+    def _convrot_decline(self, call: contract.Int8LinearCall) -> Decline:
+        missing = self.features.convrot_missing
+        return ("convrot", missing) if call.convrot and missing else None
+
+    def report_once(self, text: str, *args: Any) -> None:
         message = text % args
         with self._reported_lock:
             if message in self._reported:
@@ -178,27 +145,21 @@ class Int8Backend:
         log.warning(message)
 
     # -- comfy-kitchen call rules (0.2.23+): decline without raising ------
-    def quant_rule(self, kwargs):
-        try:
-            declined = self.decline_reason(int8_linear_call(**kwargs))
-        except Exception as exc:  # a rule must never raise
-            declined = ("__rule__", "%s: %s" % (type(exc).__name__, exc))
-        return _verdict(declined)
+    def quant_rule(self, kwargs: dict) -> Any:
+        return contract.validate(lambda kw: self.decline_reason(int8_linear_call(**kw)),
+                                 kwargs, COUNTERS)
 
-    def fallback_rule(self, kwargs):
-        try:
-            call = int8_linear_call(**kwargs)
-            declined = self.fallback_decline(call)
-        except Exception as exc:  # a rule must never raise
-            declined = ("__rule__", "%s: %s" % (type(exc).__name__, exc))
-        return _verdict(declined)
+    def fallback_rule(self, kwargs: dict) -> Any:
+        return contract.validate(lambda kw: self.fallback_decline(int8_linear_call(**kw)),
+                                 kwargs, COUNTERS)
 
-    def fallback_decline(self, call: contract.Int8LinearCall):
+    def fallback_decline(self, call: contract.Int8LinearCall) -> Decline:
         """None when the fallback gives eager's answer, else ``(param, reason)``: eager serves."""
         unknown = call.unknown_options()
         if unknown:
             self._report_unknown(unknown)
-        return contract.fallback_check(call, self.features.input_acts)
+        return (self._convrot_decline(call)
+                or contract.fallback_check(call, self.features.input_acts))
 
     # -- ascend_shim -----------------------------------------------------
     def int8_linear(self, *args, **kwargs):
@@ -220,7 +181,7 @@ class Int8Backend:
         try:
             out = self._quant(call)
         except OP_ERRORS as exc:
-            if capability.is_out_of_memory(exc):
+            if is_out_of_memory(exc):
                 raise
             # the stack passed its probe: this input is the problem, not the op
             COUNTERS.add("quant_errors")
@@ -294,15 +255,6 @@ class Int8Backend:
     def to_eager(self, function, kwargs):
         COUNTERS.add("to_eager")
         return self.registry.implementation(function, EAGER)(**kwargs)
-
-
-def _verdict(declined):
-    from comfy_kitchen.constraints import ValidationResult
-
-    if declined:
-        COUNTERS.decline(*declined)
-        return ValidationResult.fail(*declined)
-    return ValidationResult.ok()
 
 
 class BackendModule:

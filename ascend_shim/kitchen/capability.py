@@ -17,24 +17,27 @@ contract let through), not the stack's.
 
 import inspect
 import threading
+from typing import Any, FrozenSet, Optional, Tuple
 
 import torch
+
+from ascend_shim.engine.npu import is_out_of_memory
 
 QUANT_OPS = ("npu_dynamic_quant", "npu_quant_matmul")
 # keywords of npu_quant_matmul the INT8 path passes (pertoken_scale: 2024-03 on)
 QUANT_MATMUL_KEYWORDS = ("pertoken_scale", "bias", "output_dtype")
 
 
-def parameter_names(op):
+def parameter_names(op: Any) -> Optional[Tuple[FrozenSet[str], bool]]:
     """``(names, open)``: the parameter names ``op`` declares and whether it
     takes any keyword (``**kwargs``); None when neither can be read."""
     overloads = getattr(op, "overloads", None)
     if callable(overloads):  # a torch.ops packet: its schemas
         try:
-            names = {a.name for o in overloads() for a in getattr(op, o)._schema.arguments}
+            names = frozenset(a.name for o in overloads() for a in getattr(op, o)._schema.arguments)
         except Exception:
             return None
-        return frozenset(names), False
+        return names, False
     schema = getattr(op, "_schema", None)
     if schema is not None:
         return frozenset(a.name for a in schema.arguments), False
@@ -148,16 +151,11 @@ def probe(ops, device, out_dtype, with_bias):
     return None
 
 
-def is_out_of_memory(exc):
-    # torch.OutOfMemoryError exists from torch 2.5; older stacks say it in the text
-    oom = getattr(torch, "OutOfMemoryError", ())
-    return isinstance(exc, oom) or "out of memory" in str(exc).lower()
-
-
 class Capability:
     """The INT8 path's verdict per (output dtype, bias) on this torch_npu and CANN.
 
-    The op's dtype rules depend on the output dtype and the bias (FACTS 4.3);
+    The op's dtype rules depend on the output dtype and the bias (a bf16 bias
+    needs bf16 output, an fp16 bias fp16; older CANN is stricter);
     x is quantized to int8 first, so its dtype does not matter to the matmul.
     """
 

@@ -1,4 +1,9 @@
-"""One ``int8_linear`` call, and which ones the NPU INT8 path accepts.
+"""The contract every kitchen function family of the shim keeps, and INT8's calls.
+
+Shared by INT8 and W4A8 (and any later family): the call counters
+(``Counters``), which keywords are unknown to the shim (``unknown_options``),
+what x and the other operands must be (``check_x``, ``check_devices``) and
+how a decline reaches comfy-kitchen (``validate``).
 
 ``int8_linear_call`` is comfy-kitchen's ``int8_linear`` signature
 (0.2.11-0.2.40), written once: every entry point of the shim's backends
@@ -11,15 +16,19 @@ question.
 """
 
 import dataclasses
+import threading
 from math import prod
-from typing import Any, Optional
+from typing import Any, Callable, Collection, Dict, Iterable, List, Mapping, Optional, Tuple
 
 import torch
 
 from ascend_shim.npu_math import int8 as int8_math
 
+# (param, reason): why a call is declined; None accepts
+Decline = Optional[Tuple[str, str]]
+
 # keyword -> value under which the option changes nothing (eager's defaults)
-NEUTRAL = {
+NEUTRAL: Dict[str, Any] = {
     "bias": None,
     "out_dtype": None,
     "convrot": False,
@@ -31,9 +40,75 @@ NEUTRAL = {
     "residual_scale": None,
 }
 REQUIRED = ("x", "weight", "weight_scale")
+# the same for w4a8_int8_linear / w4a8_packed_linear
+W4A8_NEUTRAL: Dict[str, Any] = {
+    "codebook": None,
+    "correction": None,
+    "bias": None,
+    "group_size": 16,
+    "convrot_groupsize": 256,
+    "out_dtype": torch.bfloat16,
+    "input_act": None,
+    "input_act_weight": None,
+    "input_act_eps": 0.0,
+    "residual": None,
+    "residual_scale": None,
+}
+W4A8_KNOWN = frozenset(W4A8_NEUTRAL) | {"x", "qdata", "s_rel", "s_channel"}
 DEFAULT_OUT_DTYPE = torch.bfloat16
 # output dtypes whose rounding the float fallback shares with eager (None: eager's default)
 FALLBACK_OUT_DTYPES = (None, torch.float16, torch.bfloat16, torch.float32)
+
+
+class Counters:
+    """Per-process call counts of one function family, shown by ``status``.
+
+    ``fields`` name the paths a call can take; ``declined`` counts declines
+    per parameter with the last reason.
+    """
+
+    def __init__(self, *fields: str) -> None:
+        self._fields = fields
+        self._lock = threading.Lock()
+        self.reset()
+
+    def reset(self) -> None:
+        with self._lock:
+            for field in self._fields:
+                setattr(self, field, 0)
+            self.declined: Dict[str, Dict[str, Any]] = {}
+
+    def add(self, field: str) -> None:
+        with self._lock:
+            setattr(self, field, getattr(self, field) + 1)
+
+    def decline(self, param: str, reason: str) -> None:
+        with self._lock:
+            entry = self.declined.setdefault(param, {"count": 0, "last_reason": ""})
+            entry["count"] += 1
+            entry["last_reason"] = reason
+
+    def as_dict(self) -> Dict[str, Any]:
+        with self._lock:
+            out: Dict[str, Any] = {field: getattr(self, field) for field in self._fields}
+            out["declined"] = {k: dict(v) for k, v in self.declined.items()}
+            return out
+
+
+def validate(decide: Callable[[dict], Decline], kwargs: dict, counters: Counters) -> Any:
+    """comfy-kitchen's ``ValidationResult`` of a call rule (0.2.23+): ``decide(kwargs)``
+    accepts (None) or declines ``(param, reason)``. A rule never raises: a
+    declined call goes on to the next backend, an exception would stop it."""
+    from comfy_kitchen.constraints import ValidationResult
+
+    try:
+        declined = decide(kwargs)
+    except Exception as exc:
+        declined = ("__rule__", "%s: %s" % (type(exc).__name__, exc))
+    if declined:
+        counters.decline(*declined)
+        return ValidationResult.fail(*declined)
+    return ValidationResult.ok()
 
 
 @dataclasses.dataclass
@@ -59,10 +134,15 @@ class Int8LinearCall:
         """The output dtype (eager's default when None)."""
         return self.out_dtype or DEFAULT_OUT_DTYPE
 
-    def unknown_options(self):
+    def unknown_options(self) -> List[str]:
         return unknown_options(self.extra)
 
-    def kwargs(self):
+    def operands(self) -> List[Tuple[str, Any]]:
+        """The tensors besides x, by name."""
+        return [(name, getattr(self, name)) for name in
+                ("weight", "weight_scale", "bias", "input_act_weight", "residual", "residual_scale")]
+
+    def kwargs(self) -> Dict[str, Any]:
         """Keywords that repeat this call to any release's ``int8_linear``:
         the required ones, every option that differs from its default, and
         the unknown ones."""
@@ -92,27 +172,28 @@ def int8_linear_call(x, weight, weight_scale, bias=None, out_dtype=None, convrot
                           extra)
 
 
-def unknown_options(extra):
-    """Keywords this shim does not know, given with a non-neutral value."""
-    unknown = []
-    for key, value in extra.items():
-        if value is None or value is False or (isinstance(value, (int, float)) and value == 0):
+def unknown_options(kwargs: Mapping[str, Any], known: Collection[str] = ()) -> List[str]:
+    """Keywords outside ``known`` that this shim does not know, given with a
+    non-neutral value (None, False and 0 change nothing)."""
+    return [key for key, value in kwargs.items()
+            if key not in known and not (value is None or value is False
+                                         or (isinstance(value, (int, float)) and value == 0))]
+
+
+def check_devices(operands: Iterable[Tuple[str, Any]], device: torch.device) -> Decline:
+    """Every operand given (not None) is a tensor on x's ``device``."""
+    for name, value in operands:
+        if value is None:
             continue
-        unknown.append(key)
-    return unknown
-
-
-def _on_device(name, value, device):
-    if value is None:
-        return None
-    if not isinstance(value, torch.Tensor):
-        return (name, "expected a tensor, got %s" % type(value).__name__)
-    if value.device != device:
-        return (name, "on %s, x is on %s" % (value.device, device))
+        if not isinstance(value, torch.Tensor):
+            return (name, "expected a tensor, got %s" % type(value).__name__)
+        if value.device != device:
+            return (name, "on %s, x is on %s" % (value.device, device))
     return None
 
 
-def _check_x(x):
+def check_x(x: Any) -> Decline:
+    """x for ``npu_dynamic_quant``: a non-empty fp16/bf16 NPU tensor of 2+ dims."""
     if not isinstance(x, torch.Tensor) or x.device.type != "npu":
         return ("x", "not an NPU tensor")
     if x.dtype not in int8_math.QUANT_DTYPES:
@@ -198,14 +279,9 @@ def check(call, input_acts, max_dim=int8_math.MAX_QUANT_MATMUL_DIM):
     unknown = call.unknown_options()
     if unknown:
         return (unknown[0], "option unknown to ascend_shim")
-    declined = _check_x(call.x)
+    declined = check_x(call.x) or check_devices(call.operands(), call.x.device)
     if declined:
         return declined
-    device = call.x.device
-    for name in ("weight", "weight_scale", "bias", "input_act_weight", "residual", "residual_scale"):
-        declined = _on_device(name, getattr(call, name), device)
-        if declined:
-            return declined
     if call.weight is None or call.weight_scale is None:
         return ("weight" if call.weight is None else "weight_scale", "missing")
     declined = _check_weight(call.weight)
@@ -242,10 +318,9 @@ def fallback_check(call: Int8LinearCall, input_acts: frozenset) -> Optional[tupl
     x = call.x
     if not isinstance(x, torch.Tensor) or x.dim() < 1 or 0 in x.shape:
         return ("x", "not a non-empty tensor of 1+ dims")
-    for name in ("weight", "weight_scale", "bias", "input_act_weight", "residual", "residual_scale"):
-        declined = _on_device(name, getattr(call, name), x.device)
-        if declined:
-            return declined
+    declined = check_devices(call.operands(), x.device)
+    if declined:
+        return declined
     if call.out_dtype not in FALLBACK_OUT_DTYPES:
         return ("out_dtype", "%r: eager's own rounding" % (call.out_dtype,))
     declined = _check_weight(call.weight)

@@ -159,7 +159,7 @@ def _arrange(installation):
 
 def _entries(ck, backend, serve_npu):
     """{backend name: {function: (implementation, constraints)}} for this kitchen."""
-    groups = {}
+    groups: Dict[str, dict] = {}
     for entry in ENTRY_POINTS:
         if not hasattr(ck, entry.function) or (entry.backend == SHIM and not serve_npu):
             continue

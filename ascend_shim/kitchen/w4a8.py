@@ -12,13 +12,15 @@ stays on the device through the shim's ``aten::_int_mm`` kernel.
 Features are found by signature and attribute, never by version string.
 """
 
-import inspect
 import logging
-import threading
 import weakref
+from typing import Any, Callable, Dict, Iterable, Optional
 
 import torch
 
+from ascend_shim.engine.npu import is_out_of_memory
+from ascend_shim.kitchen import contract, registry_access
+from ascend_shim.kitchen.contract import Decline
 from ascend_shim.npu_math import int8 as int8_math
 from ascend_shim.npu_math import w4a8_codes
 
@@ -27,97 +29,28 @@ log = logging.getLogger("ascend_shim")
 LINEAR = "w4a8_int8_linear"
 PACKED = "w4a8_packed_linear"
 
-# keyword -> value under which the option changes nothing (eager's defaults)
-NEUTRAL = {
-    "codebook": None,
-    "correction": None,
-    "bias": None,
-    "group_size": 16,
-    "convrot_groupsize": 256,
-    "out_dtype": torch.bfloat16,
-    "input_act": None,
-    "input_act_weight": None,
-    "input_act_eps": 0.0,
-    "residual": None,
-    "residual_scale": None,
-}
 _TENSOR_ARGS = ("qdata", "s_rel", "s_channel", "codebook", "correction", "bias",
                 "input_act_weight", "residual", "residual_scale")
+NEUTRAL = contract.W4A8_NEUTRAL
+
+COUNTERS = contract.Counters("npu_quant", "float_path")
 
 
-class Counters:
-    """Per-process W4A8 call counts, for ``status``."""
-
-    def __init__(self):
-        self._lock = threading.Lock()
-        self.reset()
-
-    def reset(self):
-        self.npu_quant = 0
-        self.float_path = 0
-        self.declined = {}
-
-    def add(self, field):
-        with self._lock:
-            setattr(self, field, getattr(self, field) + 1)
-
-    def decline(self, param, reason):
-        with self._lock:
-            entry = self.declined.setdefault(param, {"count": 0, "last_reason": ""})
-            entry["count"] += 1
-            entry["last_reason"] = reason
-
-    def as_dict(self):
-        with self._lock:
-            return {"npu_quant": self.npu_quant, "float_path": self.float_path,
-                    "declined": {k: dict(v) for k, v in self.declined.items()}}
-
-
-COUNTERS = Counters()
-
-
-def unknown_options(kwargs):
-    """Keywords outside the known signature, given with a non-neutral value."""
-    known = set(NEUTRAL) | {"x", "qdata", "s_rel", "s_channel"}
-    return [key for key, value in kwargs.items()
-            if key not in known and not (value is None or value is False
-                                         or (isinstance(value, (int, float)) and value == 0))]
-
-
-def _group_size_ok(group_size):
+def _group_size_ok(group_size: Any) -> bool:
     return isinstance(group_size, int) and group_size >= 4 and (
         16 % group_size == 0 or group_size % 16 == 0)
 
 
-def _check_x(x):
-    if not isinstance(x, torch.Tensor) or x.device.type != "npu":
-        return ("x", "not an NPU tensor")
-    if x.dtype not in int8_math.QUANT_DTYPES:
-        return ("x", "dtype %s (npu_dynamic_quant needs float16/bfloat16)" % x.dtype)
-    if x.dim() < 2 or 0 in x.shape:
-        return ("x", "needs a non-empty tensor of 2+ dims, got %s" % list(x.shape))
-    return None
-
-
-def _check_devices(kw):
-    device = kw["x"].device
-    for name in _TENSOR_ARGS:
-        value = kw.get(name)
-        if value is None:
-            continue
-        if not isinstance(value, torch.Tensor):
-            return (name, "expected a tensor, got %s" % type(value).__name__)
-        if value.device != device:
-            return (name, "on %s, x is on %s" % (value.device, device))
-    return None
-
-
-def check_packed_call(kw, input_acts):
+def check_packed_call(kw: dict, input_acts: frozenset) -> Decline:
     """What every W4A8 call must satisfy before its weight is looked at."""
-    unknown = unknown_options(kw)
+    unknown = contract.unknown_options(kw, contract.W4A8_KNOWN)
     if unknown:
         return (unknown[0], "option unknown to ascend_shim")
-    declined = _check_x(kw.get("x")) or _check_devices(kw)
+    declined = contract.check_x(kw.get("x"))
+    if declined:
+        return declined
+    declined = contract.check_devices(((name, kw.get(name)) for name in _TENSOR_ARGS),
+                                      kw["x"].device)
     if declined:
         return declined
     if kw.get("correction") is not None:
@@ -132,7 +65,7 @@ def check_packed_call(kw, input_acts):
     return None
 
 
-def check_weight(kw, k_activated):
+def check_weight(kw: dict, k_activated: int) -> Decline:
     """The decoded-weight geometry the NPU path needs; None accepts."""
     qdata, s_rel, s_channel = kw.get("qdata"), kw.get("s_rel"), kw.get("s_channel")
     codebook, bias = kw.get("codebook"), kw.get("bias")
@@ -166,7 +99,7 @@ def check_weight(kw, k_activated):
     return None
 
 
-def activated_k(kw):
+def activated_k(kw: dict) -> Optional[int]:
     """x's last dim after ``input_act`` (None when it does not divide)."""
     k_in = kw["x"].shape[-1]
     width = int8_math.activated_width(kw.get("input_act"))
@@ -185,21 +118,27 @@ class W4A8Linear:
     verdict   ``verdict(device, out_dtype, with_bias)``: None, or why this
               CANN cannot run the quant ops for such a call (not the caller's
               fault: the call is declined, not refused)
+    missing   what this comfy-kitchen lacks: ``{"rotate": why, "unpack": why}``
+              (the calls that need it are declined)
     """
 
-    def __init__(self, ops, activate, rotate, input_acts, unpack=None, eager=None,
-                 verdict=None):
+    def __init__(self, ops: Any, activate: Callable, rotate: Callable, input_acts: Iterable,
+                 unpack: Optional[Callable] = None, eager: Optional[Callable] = None,
+                 verdict: Optional[Callable] = None,
+                 missing: Optional[Dict[str, Optional[str]]] = None) -> None:
+        self.missing = missing or {}
         self.ops = ops
         self.activate = activate
         self.rotate = rotate
         self.input_acts = frozenset(input_acts)
-        self.unpack = unpack
-        self.eager = eager
+        # set whenever the rules let a call reach the code that uses them
+        self.unpack: Any = unpack
+        self.eager: Any = eager
         self.verdict = verdict
         self.quant_broken = None if ops is not None else "torch_npu lacks the quant ops"
         self._quant_ok_once = False
 
-    def check(self, kw):
+    def check(self, kw: dict) -> Decline:
         declined = self.check_call(kw)
         if declined:
             return declined
@@ -208,7 +147,10 @@ class W4A8Linear:
             return ("x", "%s needs an even last dim" % kw.get("input_act"))
         return check_weight(kw, k)
 
-    def check_call(self, kw):
+    def check_call(self, kw: dict) -> Decline:
+        no_rotation = self.missing.get("rotate")
+        if no_rotation:
+            return ("convrot_groupsize", no_rotation)
         declined = check_packed_call(kw, self.input_acts)
         if declined or self.verdict is None:
             return declined
@@ -216,25 +158,14 @@ class W4A8Linear:
                                kw.get("bias") is not None)
         return ("__backend__", problem) if problem else None
 
-    def _rule(self, check, kwargs):
-        from comfy_kitchen.constraints import ValidationResult
+    def call_rule(self, kwargs: dict) -> Any:
+        return contract.validate(self.check, kwargs, COUNTERS)
 
-        try:
-            declined = check(kwargs)
-        except Exception as exc:  # a rule must never raise
-            declined = ("__rule__", "%s: %s" % (type(exc).__name__, exc))
-        if declined:
-            COUNTERS.decline(*declined)
-            return ValidationResult.fail(*declined)
-        return ValidationResult.ok()
-
-    def call_rule(self, kwargs):
-        return self._rule(self.check, kwargs)
-
-    def packed_call_rule(self, kwargs):
+    def packed_call_rule(self, kwargs: dict) -> Any:
         if self.unpack is None:
-            return self._rule(lambda kw: ("qdata", "no reader for packed records"), kwargs)
-        return self._rule(self.check_call, kwargs)
+            reason = self.missing.get("unpack") or "no reader for packed records"
+            return contract.validate(lambda kw: ("qdata", reason), kwargs, COUNTERS)
+        return contract.validate(self.check_call, kwargs, COUNTERS)
 
     def linear(self, x, qdata, s_rel, s_channel, codebook=None, correction=None, bias=None,
                group_size=16, convrot_groupsize=256, out_dtype=torch.bfloat16, input_act=None,
@@ -271,7 +202,7 @@ class W4A8Linear:
             try:
                 out = int8_math.npu_quant_linear(flat, weight, s_channel, bias, out_dtype, self.ops)
             except RuntimeError as exc:
-                if "out of memory" in str(exc).lower():
+                if is_out_of_memory(exc):
                     raise
                 self._quant_failed(exc)
             else:
@@ -289,18 +220,7 @@ class W4A8Linear:
         log.warning("NPU W4A8 call failed, served by the float path on the device: %s", text)
 
 
-def _packed_reader():
-    try:
-        from comfy_kitchen.tensor import w4a8_packed
-    except ImportError:
-        return None
-    unpack = getattr(w4a8_packed, "unpack_w4a8_mma_weight", None)
-    if unpack is None or len(inspect.signature(unpack).parameters) != 3:
-        return None
-    return unpack
-
-
-_bound = weakref.WeakKeyDictionary()  # Int8Backend -> its W4A8Linear
+_bound: "weakref.WeakKeyDictionary[Any, W4A8Linear]" = weakref.WeakKeyDictionary()  # Int8Backend -> its W4A8Linear
 
 
 def bound_to(backend):
@@ -317,9 +237,11 @@ def bound_to(backend):
             return registry.implementation(name, "eager")
 
         capability = getattr(backend, "capability", None)
+        reader = registry_access.w4a8_packed_reader()
         impl = W4A8Linear(backend.ops, backend.activate, backend.rotate,
-                          backend.features.input_acts, _packed_reader(), eager,
-                          getattr(capability, "verdict", None))
+                          backend.features.input_acts, reader.value, eager,
+                          getattr(capability, "verdict", None),
+                          {"rotate": backend.features.convrot_missing, "unpack": reader.missing})
         _bound[backend] = impl
     return impl
 

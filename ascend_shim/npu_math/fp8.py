@@ -11,6 +11,8 @@ Large tensors are processed a block of rows at a time, so the float32
 working copy stays small next to the result.
 """
 
+from typing import Any
+
 import torch
 
 # The 8-bit float formats torch may define; a CPU torch converts each one it
@@ -28,9 +30,10 @@ def decodable_dtypes():
     return frozenset(getattr(torch, name) for name in FLOAT8_NAMES if hasattr(torch, name))
 
 
-def is_8bit_float(dtype) -> bool:
-    """True for every one-byte floating dtype: the float8 family and packed float4."""
-    return dtype.is_floating_point and dtype.itemsize == 1
+def is_8bit_float(dtype: Any) -> bool:
+    """True for every one-byte floating dtype: the float8 family and packed float4
+    (False for None or anything that is not a dtype)."""
+    return bool(getattr(dtype, "is_floating_point", False) and getattr(dtype, "itemsize", 0) == 1)
 
 
 def check_decodable(dtype, what: str) -> None:

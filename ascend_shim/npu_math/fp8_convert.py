@@ -136,7 +136,7 @@ def _legacy_pending(sd, key):
 
 def plan(sd, prefix="", form="bf16"):
     """The steps that leave no float8 under ``prefix``; raises on what it cannot decode."""
-    by_layer = {}
+    by_layer: dict = {}
     for key in sorted(k for k in sd if k.startswith(prefix)):
         by_layer.setdefault(_layer_of(key), []).append(key)
     steps, covered = [], set()
@@ -174,7 +174,7 @@ def _plain_decoder(key):
 def convert(sd, prefix="", form="bf16"):
     """Decode every float8 entry of ``sd`` under ``prefix`` in place; counts per kind."""
     steps = plan(sd, prefix, form)
-    counts = {}
+    counts: dict = {}
     for step in steps:
         step.run(sd)
         counts[step.kind] = counts.get(step.kind, 0) + 1

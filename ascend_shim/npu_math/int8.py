@@ -14,9 +14,6 @@ import torch
 # x1/x2 last-dimension limit of npu_quant_matmul on the CANN releases in use
 MAX_QUANT_MATMUL_DIM = 65535
 
-# K-chunk for exact int32 accumulation in fp32: 1024 * 127 * 128 < 2**24
-EXACT_FP32_K_CHUNK = 1024
-
 QUANT_DTYPES = (torch.float16, torch.bfloat16)
 
 
@@ -75,24 +72,6 @@ def dequantized_linear(x, weight, weight_scale, bias, out_dtype):
     if bias is not None:
         out = out + flat_bias(bias, torch.float32)
     return out.to(out_dtype)
-
-
-def exact_int8_mm(a, b):
-    """Exact ``a[M,K] @ b[K,N]`` int8 -> int32 on any device, without ``_int_mm``.
-
-    Each fp32 GEMM covers at most 1024 of K, so every partial sum stays below
-    2**24 and is exact in fp32 whatever the summation order; the partials are
-    added in int32.
-    """
-    m, n = a.shape[0], b.shape[1]
-    out = torch.zeros((m, n), dtype=torch.int32, device=a.device)
-    k = a.shape[1]
-    with hf32_off():  # HF32 GEMMs are not exact (FACTS 7.3)
-        for start in range(0, k, EXACT_FP32_K_CHUNK):
-            stop = min(start + EXACT_FP32_K_CHUNK, k)
-            partial = torch.matmul(a[:, start:stop].to(torch.float32), b[start:stop].to(torch.float32))
-            out += partial.to(torch.int32)
-    return out
 
 
 def apply_residual(out, residual, residual_scale):

@@ -17,6 +17,8 @@ The weights are then held in 16 bits; ``ASCEND_SHIM_FP8`` decides only how
 fp8 *files* are decoded. Calls about any other device are left alone.
 """
 
+from typing import Any
+
 from ascend_shim.patches import fp8_policy
 from ascend_shim.engine import versions
 from ascend_shim.engine.patching import Patch, argument
@@ -26,8 +28,11 @@ from ascend_shim.patches._wraps import wrap_function
 FUNCTIONS = ("supports_cast", "unet_dtype", "text_encoder_dtype")
 
 
-def is_8bit_float(dtype):
-    return getattr(dtype, "is_floating_point", False) and getattr(dtype, "itemsize", 0) == 1
+def is_8bit_float(dtype: Any) -> bool:
+    # imported on call: the patches load before ComfyUI has imported torch
+    from ascend_shim.npu_math.fp8 import is_8bit_float as one_byte_float
+
+    return one_byte_float(dtype)
 
 
 def _on_npu(mm, device):

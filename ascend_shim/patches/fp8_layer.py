@@ -26,11 +26,10 @@ def may_hold_float8(state_dict, prefix):
     """Whether the layer's entries need a look: a comfy_quant entry, or an 8-bit float weight/bias."""
     if prefix + "comfy_quant" in state_dict:
         return True
-    for name in ("weight", "bias"):
-        dtype = getattr(state_dict.get(prefix + name), "dtype", None)
-        if getattr(dtype, "is_floating_point", False) and dtype.itemsize == 1:
-            return True
-    return False
+    from ascend_shim.npu_math.fp8 import is_8bit_float  # torch is loaded by now
+
+    return any(is_8bit_float(getattr(state_dict.get(prefix + name), "dtype", None))
+               for name in ("weight", "bias"))
 
 
 def decoding_loader(original):

@@ -24,7 +24,7 @@ from testbed import npu_device  # noqa: E402
 warnings.simplefilter("ignore")
 FAMILY = re.compile(r"int8|int4|w4a8|w4a4|convrot")
 # integer outputs may differ by one code (the NPU op rounds a multiply,
-# eager a divide: FACTS 4.5); float outputs by the INT8 path's own error
+# eager a divide, as torch_npu's kernel and kitchen's eager do); float outputs by the INT8 path's own error
 MAX_CODE_STEP = 1
 MIN_COSINE = 0.999
 N, K, M = 64, 256, 8

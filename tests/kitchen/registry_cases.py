@@ -15,8 +15,9 @@ import comfy_kitchen as ck
 from comfy_kitchen.constraints import FunctionConstraints
 from comfy_kitchen.exceptions import NoCapableBackendError
 
-from ascend_shim.kitchen import registration
-from ascend_shim.kitchen.backend import SHIM
+from ascend_shim.kitchen import registration, registry_access, w4a8
+from ascend_shim.kitchen.backend import SHIM, Int8Backend, KitchenFeatures
+from ascend_shim.kitchen.contract import int8_linear_call
 from ascend_shim.kitchen.registry_access import KitchenRegistry
 
 NAME = "registry_case"
@@ -89,6 +90,33 @@ def extra_entry_point():
     return {"capabilities": capabilities, "restored": snapshot() == before}
 
 
+def internals():
+    """What the adapter finds of kitchen's private helpers, and a release without its ConvRot."""
+    out = {}
+    for name in ("apply_input_act", "convrot", "w4a8_packed_reader"):
+        found = getattr(registry_access, name)()
+        out[name] = {"found": found.value is not None, "missing": found.missing}
+    out["input_acts"] = sorted(str(a) for a in registry_access.input_act_names())
+    from comfy_kitchen.tensor import int8_utils
+
+    saved = int8_utils._build_hadamard
+    del int8_utils._build_hadamard
+    try:
+        backend = Int8Backend(KitchenFeatures(ck), torch_npu, KitchenRegistry(ck.registry))
+        x = torch.ones(4, 256, dtype=torch.bfloat16).to("npu")
+        call = int8_linear_call(x, torch.ones(8, 256, dtype=torch.int8).to("npu"),
+                                torch.ones(8).to("npu"), convrot=True)
+        out["without_convrot"] = {
+            "convrot": registry_access.convrot().missing,
+            "quant": backend.decline_reason(call),
+            "fallback": backend.fallback_decline(call),
+            "w4a8": w4a8.bound_to(backend).check_call({"x": x}),
+        }
+    finally:
+        int8_utils._build_hadamard = saved
+    return out
+
+
 print(json.dumps({"version": ck.__version__ if hasattr(ck, "__version__") else None,
                   "accessor": accessor_steps(), "lifecycle": lifecycle(),
-                  "extra_entry_point": extra_entry_point()}))
+                  "extra_entry_point": extra_entry_point(), "internals": internals()}))

@@ -1,7 +1,7 @@
 """Whether a torch_npu can run the INT8 path: signatures and the probe, on CPU tensors.
 
-The stand-in ops compute the documented semantics (FACTS 4.1, 4.2) on the
-CPU; the probe only needs a device its operands can move to.
+The stand-in ops compute the documented semantics of ``npu_dynamic_quant``
+and ``npu_quant_matmul`` (torch_npu's op docs) on the CPU; the probe only needs a device its operands can move to.
 """
 
 import pytest

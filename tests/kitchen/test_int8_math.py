@@ -6,7 +6,7 @@ import torch
 from ascend_shim.npu_math import int8 as int8_math
 
 
-def test_exact_int8_mm_matches_int64_reference_beyond_fp32_precision():
+def test_exact_int_mm_matches_int64_reference_beyond_fp32_precision():
     torch.manual_seed(1)
     # K = 5000 with extreme values: |acc| reaches 5000*128*128 > 2**24, so a single
     # fp32 GEMM would round; the chunked one must not
@@ -14,18 +14,18 @@ def test_exact_int8_mm_matches_int64_reference_beyond_fp32_precision():
     b = torch.full((5000, 2), -128, dtype=torch.int8)
     a[1] = torch.randint(-128, 128, (5000,), dtype=torch.int8)
     exact = (a.long() @ b.long())
-    out = int8_math.exact_int8_mm(a, b)
+    out = int8_math.exact_int_mm(a, b)
     assert out.dtype == torch.int32
     assert torch.equal(out.long(), exact)
     assert abs(exact).max() > 2 ** 24
 
 
-def test_exact_int8_mm_random_shapes():
+def test_exact_int_mm_random_shapes():
     torch.manual_seed(2)
     for m, k, n in ((1, 1, 1), (7, 1023, 5), (4, 1024, 9), (5, 3001, 3)):
         a = torch.randint(-128, 128, (m, k), dtype=torch.int8)
         b = torch.randint(-128, 128, (k, n), dtype=torch.int8)
-        assert torch.equal(int8_math.exact_int8_mm(a, b).long(), a.long() @ b.long())
+        assert torch.equal(int8_math.exact_int_mm(a, b).long(), a.long() @ b.long())
 
 
 @pytest.mark.parametrize("shape", [(), (1,), (64,), (64, 1)])

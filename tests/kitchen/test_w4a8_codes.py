@@ -11,7 +11,7 @@ import pytest
 import torch
 
 import harness
-from ascend_shim.kitchen import w4a8
+from ascend_shim.kitchen import contract, w4a8
 from ascend_shim.npu_math import int8 as int8_math
 from ascend_shim.npu_math import w4a8_codes
 
@@ -106,8 +106,10 @@ def test_weight_check_declines_dimensions_over_the_op_limit():
 
 
 def test_unknown_options_only_when_they_mean_something():
-    assert w4a8.unknown_options({"x": 1, "future": None, "flag": False, "level": 0}) == []
-    assert w4a8.unknown_options({"future": 2, "mode": "fast"}) == ["future", "mode"]
+    known = contract.W4A8_KNOWN
+    assert contract.unknown_options({"x": 1, "future": None, "flag": False, "level": 0}, known) == []
+    assert contract.unknown_options({"future": 2, "mode": "fast", "group_size": 8}, known) == [
+        "future", "mode"]
 
 
 def test_call_check_declines_cpu_tensors_and_correction():

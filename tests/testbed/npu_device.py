@@ -93,8 +93,8 @@ _BED_KERNELS = frozenset(
      "aten::_copy_from_and_resize", "aten::_local_scalar_dense"}
 )
 # fp32 GEMMs that run in HF32 while torch.npu.matmul.allow_hf32 is on. The
-# bed rounds their inputs *and* results to 10 mantissa bits: FACTS 7.3 says
-# an int8 matmul computed in HF32 gives wrong int32 results, which rounding
+# bed rounds their inputs *and* results to 10 mantissa bits: on a 910B an
+# int8 matmul computed in HF32 gives wrong int32 results, which rounding
 # int8-valued inputs alone would never show.
 _MATMUL_OPS = frozenset({"aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm", "aten::addbmm"})
 _HF32_DROPPED_BITS = 23 - 10

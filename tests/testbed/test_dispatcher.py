@@ -1,7 +1,7 @@
 """The bed's dispatcher model (testbed/npu_device.py ``_dispatch``) and its HF32 flag.
 
 On a real device a kernel registered for PrivateUse1 wins over torch_npu's
-boxed CPU fallback for every caller (FACTS 7.3); ``torch.npu.matmul.allow_hf32``
+boxed CPU fallback for every caller (torch.library's dispatch order); ``torch.npu.matmul.allow_hf32``
 makes fp32 GEMMs inexact. The checks run in one child interpreter booted as
 the simulated Ascend machine, without the shim, and are reported one by one.
 """

@@ -1,4 +1,4 @@
-"""The fake torch_npu (tests/testbed/fake_torch_npu) against FACTS §4.
+"""The fake torch_npu (tests/testbed/fake_torch_npu) against the real ops' documented behaviour.
 
 The checks in ``_Checks`` run in one child booted as an ``ascend-cpu`` machine
 and are reported here one by one; import-time knobs get children of their own.

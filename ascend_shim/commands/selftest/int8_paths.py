@@ -30,6 +30,7 @@ class NoKitchenFeatures:
     act_takes_weight: bool = False
     build_hadamard: Any = None
     rotate_activation: Any = None
+    convrot_missing: Optional[str] = "comfy-kitchen is not installed"
     call_rules: bool = False
 
 

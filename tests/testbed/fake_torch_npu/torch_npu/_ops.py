@@ -1,4 +1,5 @@
-"""CPU reference implementations of the torch_npu quant ops (FACTS §4.1, §4.2, §4.5).
+"""CPU reference implementations of the torch_npu quant ops (as torch_npu's op docs
+and kernels describe them).
 
 They check what the real ops check, compute on the CPU data behind the npu
 wrappers, and record each accepted call in ``torch_npu._testbed``.
@@ -324,7 +325,7 @@ def npu_quant_matmul(
             raise _testbed.reject(
                 op, f"float16 output with pertoken_scale requires a float32 scale, got {scale.dtype}"
             )
-    # dtype combinations (FACTS §4.3)
+    # dtype combinations of the op docs (7.0.0 on): a bf16 bias needs bf16 output, fp16 fp16
     if out_dtype == torch.bfloat16 and scale.dtype not in (torch.float32, torch.bfloat16):
         raise _testbed.reject(op, f"bfloat16 output requires a float32 or bfloat16 scale, got {scale.dtype}")
     if out_dtype == torch.float16 and scale.dtype == torch.bfloat16:
