@@ -20,7 +20,7 @@ import dataclasses
 import logging
 import sys
 import threading
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Dict, Optional
 
 from ascend_shim.startup import config as _config
 from ascend_shim.kitchen.backend import (

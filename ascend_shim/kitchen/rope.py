@@ -21,6 +21,7 @@ declines), ``shim`` before it, ``upstream``/``off`` register nothing.
 from __future__ import annotations
 
 import collections
+import functools
 import inspect
 import logging
 import threading
@@ -47,9 +48,9 @@ class Counters:
         self.reset()
 
     def reset(self) -> None:
-        self.fused = collections.Counter()
-        self.to_eager = collections.Counter()
-        self.declined = {}
+        self.fused: collections.Counter = collections.Counter()
+        self.to_eager: collections.Counter = collections.Counter()
+        self.declined: dict = {}
         self.coefficients_built = 0
         self.coefficients_reused = 0
 
@@ -94,7 +95,7 @@ class CoefficientCache:
                 COUNTERS.coefficients_reused += 1
                 return entry[2]
         built = self._build(freqs, split_half)
-        ref = weakref.ref(freqs, lambda r, key=key: self._forget(key, r))
+        ref = weakref.ref(freqs, functools.partial(self._forget, key))
         with self._lock:
             self._entries[key] = (ref, version, built)
             self._entries.move_to_end(key)

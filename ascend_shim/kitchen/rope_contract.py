@@ -144,11 +144,11 @@ def decline(function: str, kwargs: dict, probe: Probe, trims: bool):
     if unknown:
         return "unknown option(s) %s" % ", ".join(sorted(unknown))
     freqs = kwargs.get("freqs_cis")
-    tensors = [kwargs.get(n) for n in xs]
+    tensors: list = [kwargs.get(n) for n in xs]
     if not all(_is_npu(t) for t in tensors) or not _is_npu(freqs):
         return "not NPU tensors"
     device = tensors[0].device
-    scales = []
+    scales: list = []
     if rms:
         scales = [kwargs.get("scale")] if len(xs) == 1 else [kwargs.get("q_scale"), kwargs.get("k_scale")]
         if len(scales) == 2 and scales[1] is None:
