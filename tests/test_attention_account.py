@@ -6,7 +6,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from ascend_shim.commands import status  # noqa: E402
+from ascend_shim.commands import reports  # noqa: E402
 from ascend_shim.patches import attention_account as account  # noqa: E402
 
 NEG_INF = float("-inf")
@@ -117,8 +117,8 @@ def test_prompt_line_and_status_name_the_unmet_conditions():
                     "0/-inf mask given as bool); unfused math path: 3 float mask with values other than "
                     "0 and -inf (or a row with no 0)")
     assert account.take_prompt_line() is None  # the next prompt starts from zero
-    lines = status._attention_lines(account.report())
+    lines = reports.attention_lines(account.report())
     assert lines[0].startswith("attention: 2 of 5 SDPA calls")
     assert "  first %s: q (1, 4, 8, 64) bfloat16, k (1, 4, 8, 64), mask (1, 1, 8, 8) bfloat16" % (
         account.FLOAT_MASK_VALUES) in lines
-    assert status._attention_lines({"calls": 0}) == []
+    assert reports.attention_lines({"calls": 0}) == []

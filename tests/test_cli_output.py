@@ -125,8 +125,12 @@ def test_bench_default_run_on_the_emulated_npu_is_short_and_says_so(bed_python, 
     assert "speed-ups say nothing about a 910B" in out[0]
     assert "| speed-up (emulated) |" in out[1]
     end = out.index("median of 1 run after 0 warm-up, on the emulated device (not an NPU)")
-    rows = [line for line in out[:end] if line.startswith("| ") and "layer" not in line]
+    first = out[1:out.index("")]  # the layer table; the _int_mm table follows it
+    rows = [line for line in first if line.startswith("| ") and "layer" not in line]
     assert len(rows) == len(bench.LAYERS) and all(" | 256 | " in row for row in rows)
+    # _int_mm both ways, side by side, bit-equal
+    int_mm = [line for line in out[len(first) + 1:end] if line.startswith("| 256 | ")]
+    assert len(int_mm) == len(bench.INT_MM_SHAPES) and all(line.endswith("| True |") for line in int_mm)
     # the INT8 weight as .t() view, contiguous and NZ side by side, a table to paste into an issue
     layouts = out[end + 1:]
     assert layouts[:3] == ["", "INT8 weight layout, npu_quant_matmul alone, ms (emulated):",
