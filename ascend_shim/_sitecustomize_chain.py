@@ -39,7 +39,7 @@ def _next_spec(mine):
 
 # the sitecustomize files that chained on (read by ``ascend_shim.commands.activation``:
 # sys.modules["sitecustomize"] names the last one only)
-callers = []
+callers: list[str] = []
 
 
 def run_next(caller_file):

@@ -10,6 +10,7 @@ import os
 import platform
 import re
 import sys
+from typing import Any, Dict
 
 from ascend_shim.commands import json_report as _json_report
 from ascend_shim.commands.doctor_report import INFO, PROBLEM, WARNING, Findings, text_report
@@ -55,7 +56,7 @@ def _torch(report, findings):
 
 
 def _torch_npu(torch, report, findings):
-    info = {"installed": importlib.util.find_spec("torch_npu") is not None}
+    info: Dict[str, Any] = {"installed": importlib.util.find_spec("torch_npu") is not None}
     report["torch_npu"] = info
     report["npu"] = {"available": False, "count": 0, "name": None}
     if not info["installed"]:
@@ -119,7 +120,7 @@ def _cann_from_files():
 
 
 def _kitchen(report, findings):
-    info = {"installed": False}
+    info: Dict[str, Any] = {"installed": False}
     report["comfy_kitchen"] = info
     spec = importlib.util.find_spec("comfy_kitchen")
     if spec is None or not spec.origin:
@@ -270,8 +271,8 @@ def _int8_on_the_cpu(report, findings):
 
 
 def collect(comfyui_dir=None):
-    report = {"python": {"version": platform.python_version(), "executable": sys.executable,
-                         "venv": sys.prefix != getattr(sys, "base_prefix", sys.prefix)}}
+    report: Dict[str, Any] = {"python": {"version": platform.python_version(), "executable": sys.executable,
+                                         "venv": sys.prefix != getattr(sys, "base_prefix", sys.prefix)}}
     findings = Findings()
     torch = _torch(report, findings)
     torch_npu = _torch_npu(torch, report, findings) if torch is not None else None

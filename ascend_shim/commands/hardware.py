@@ -5,6 +5,7 @@ installed, without importing torch_npu (which needs torch).
 """
 
 import importlib.util
+from typing import Any, Dict
 
 INERT = "the shim will stay inert"
 
@@ -23,7 +24,7 @@ def _first_line(exc):
 
 def see():
     """{"npu", "count", "name", "torch", "torch_npu", "summary"} for this interpreter."""
-    seen = {"npu": False, "count": 0, "name": None, "torch": None, "torch_npu": None}
+    seen: Dict[str, Any] = {"npu": False, "count": 0, "name": None, "torch": None, "torch_npu": None}
     if not _installed("torch"):
         seen["torch"] = "not installed"
         seen["torch_npu"] = "installed" if _installed("torch_npu") else "not installed"
@@ -48,7 +49,7 @@ def see():
         return seen
     seen["torch_npu"] = getattr(torch_npu, "__version__", "?")
     try:
-        npu = torch.npu
+        npu = torch.npu  # type: ignore[attr-defined]
         count = int(npu.device_count()) if npu.is_available() else 0
         name = npu.get_device_name(0) if count else None
     except Exception as exc:

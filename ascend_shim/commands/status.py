@@ -13,6 +13,7 @@ import contextlib
 import importlib
 import io
 import sys
+from typing import Any, Dict
 
 from ascend_shim.commands import json_report as _json_report
 from ascend_shim.commands import reports
@@ -74,7 +75,7 @@ def follow_up(imported, rows, modules):
 
 def import_all(names, modules, status):
     """Import what was asked, then what the pending patches need; report each."""
-    report = {"asked": {}, "followed": {}}
+    report: Dict[str, Dict[str, Any]] = {"asked": {}, "followed": {}}
     for name in names:
         report["asked"][name] = _import(name)
     import ascend_shim
@@ -310,7 +311,7 @@ def render(data, verbose):
 
 def versions_seen(rows):
     """[(package, version)] of the packages the shim patched (applied rows only)."""
-    seen = {}
+    seen: Dict[str, Any] = {}
     for row in rows:
         if row.get("version") and row.get("state") == "applied":
             seen.setdefault(versions.package_of(row["target"]), row["version"])

@@ -77,4 +77,4 @@ def npu_devices():
     """The visible NPU devices, as torch.device objects."""
     import torch
 
-    return [torch.device("npu", i) for i in range(torch.npu.device_count())]
+    return [torch.device("npu", i) for i in range(torch.npu.device_count())]  # type: ignore[attr-defined]

@@ -16,8 +16,8 @@ def _npu_name():
     import torch
 
     try:
-        count = torch.npu.device_count()
-        return "%s x%d" % (torch.npu.get_device_name(0), count)
+        count = torch.npu.device_count()  # type: ignore[attr-defined]
+        return "%s x%d" % (torch.npu.get_device_name(0), count)  # type: ignore[attr-defined]
     except Exception:
         return "Ascend NPU"
 

@@ -21,7 +21,7 @@ from __future__ import annotations
 import importlib
 import sys
 import threading
-from typing import Optional, Tuple
+from typing import Any, Optional, Tuple
 
 from ascend_shim.startup import config as _config
 from ascend_shim.startup import output as _output
@@ -53,7 +53,7 @@ def _state(name: str) -> Tuple[Optional[str], str]:
 
 def npu_int8_path() -> Tuple[Optional[str], str]:
     """(what serves int8_tensorwise matmuls on the NPU, or None; why not, when None)."""
-    registration = None
+    registration: Any = None  # the kitchen registration module, once comfy_kitchen is loaded
     if "comfy_kitchen" in sys.modules:
         from ascend_shim.kitchen import registration
         if registration.npu_int8_served():

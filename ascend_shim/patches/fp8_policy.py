@@ -32,7 +32,7 @@ def soc_name():
     try:
         import torch
 
-        return torch.npu.get_device_name(torch.npu.current_device())
+        return torch.npu.get_device_name(torch.npu.current_device())  # type: ignore[attr-defined]
     except Exception:
         return None
 

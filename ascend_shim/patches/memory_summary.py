@@ -17,7 +17,7 @@ def _npu_memory_summary(mm, wrapped, instance, args, kwargs):
     import torch
 
     try:
-        return torch.npu.memory_summary()
+        return torch.npu.memory_summary()  # type: ignore[attr-defined]
     except Exception as exc:  # never mask the OOM being reported
         return "NPU memory summary unavailable: %s" % exc
 

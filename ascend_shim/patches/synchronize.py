@@ -15,7 +15,7 @@ def _npu_synchronize(mm, wrapped, instance, args, kwargs):
         return wrapped(*args, **kwargs)
     import torch
 
-    torch.npu.synchronize()
+    torch.npu.synchronize()  # type: ignore[attr-defined]
     return None
 
 
