@@ -33,7 +33,9 @@ ZERO_ROW = "all-zero activation row, bf16 bias"
 CONVROT = ("ConvRot group 16, bf16 bias", "ConvRot group 256, fp16 bias")
 FALLBACK = ("fallback: dequantized linear, bf16 bias", "fallback: dequantized linear, fp16, fp16 bias, scale ()")
 LAYER = "int8_linear M=64 K=3840 N=3840"
-INT_MM = "aten::_int_mm int8 M=17 K=2500 N=33, %s"
+# uint8 x int8 always takes the kernel's fp32 K-chunks (int8 x int8 takes the INT8 cube where exact)
+INT_MM = "aten::_int_mm uint8 x int8 M=9 K=600 N=24, mat2 a .t() view, %s"
+INT_MM_PATHS = "_int_mm kernel paths on the device: INT8 cube vs fp32 K-chunks, bit for bit"
 W4A8 = tuple(case[0] for case in cases.W4A8_CASES)
 FP8 = ("fp8 decode float8_e4m3fn, all 256 codes", "fp8 decode float8_e5m2, all 256 codes")
 
@@ -119,8 +121,8 @@ torch.Tensor.to = to
 SCENARIO_CORRUPTIONS = {
     "right_shift_loses_bit_3": (RIGHT_SHIFT_LOSES_BIT_3, set(W4A8)),
     "fp8_subnormals_flushed": (FP8_SUBNORMALS_FLUSHED, {FP8[0]}),
-    "hf32_stuck_on": (HF32_STUCK_ON, {INT_MM % "HF32 off", INT_MM % "HF32 on"}),
-    "int_mm_without_hf32_guard": (INT_MM_WITHOUT_HF32_GUARD, {INT_MM % "HF32 on"}),
+    "hf32_stuck_on": (HF32_STUCK_ON, {INT_MM % "HF32 off", INT_MM % "HF32 on", INT_MM_PATHS}),
+    "int_mm_without_hf32_guard": (INT_MM_WITHOUT_HF32_GUARD, {INT_MM % "HF32 on", INT_MM_PATHS}),
     "fallback_gemm_k_tile_dropped": (FALLBACK_GEMM_K_TILE_DROPPED, set(FALLBACK)),
     "convrot_matmul_identity": (BATCHED_MATMUL_IDENTITY, set(CONVROT)),
 }
@@ -197,7 +199,7 @@ def test_the_clean_device_passes_every_case(bed_python, tmp_path):
     int_mm = [c for c in result["checks"] if c["name"].startswith("aten::_int_mm")]
     assert len(int_mm) == 2 * len(cases.INT_MM_CASES)
     assert all(c["served_by"] == "ascend_shim" and c["mismatches"] == 0 for c in int_mm)
-    paths = checks["_int_mm kernel paths on the device: INT8 cube vs fp32 K-chunks, bit for bit"]
+    paths = by_name[INT_MM_PATHS]
     assert paths["passed"] and paths["report"]["fp32_chunks"]["exact"], paths
     assert paths["report"]["quant_matmul_int32"]["same_as_fp32_chunks"] is True, paths
     for name in W4A8:
