@@ -55,6 +55,20 @@ def int8_lines(data, int8, w4a8, int_mm):
     return lines
 
 
+def rope_lines(rope):
+    """The fused RoPE backend (kitchen/rope): what it served and what it left to kitchen's eager."""
+    if not rope or not rope.get("registered"):
+        return []
+    calls = rope.get("calls") or {}
+    lines = ["  RoPE calls: fused on the NPU %d, handed to kitchen's eager %d" % (
+        sum((calls.get("fused") or {}).values()), sum((calls.get("to_eager") or {}).values()))]
+    if rope.get("problem"):
+        lines.append(fill("fused RoPE off: %s" % rope["problem"], 6, "    "))
+    for reason, count in sorted((calls.get("declined") or {}).items()):
+        lines.append(fill("RoPE to eager, %d: %s" % (count, reason), 6, "    "))
+    return lines
+
+
 def fp8_line(fp8):
     """What fp8 weights become in this process (ascend_shim.patches.fp8_effective), once decided."""
     if not fp8:
@@ -83,6 +97,7 @@ def fallback_lines(data, seen):
 
 RENDERED = (  # (declared sections, their lines), in the order shown
     (("int8", "w4a8", "int_mm"), int8_lines),
+    (("rope",), lambda data, rope: rope_lines(rope)),
     (("fp8",), lambda data, fp8: fp8_line(fp8)),
     (("attention",), lambda data, attention: attention_lines(attention)),
     (("cpu_fallbacks",), fallback_lines),

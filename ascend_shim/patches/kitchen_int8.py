@@ -35,11 +35,13 @@ def remove(ck):
 
 
 def report():
-    """The INT8 and W4A8 backends' state; read only where they were loaded (they need torch)."""
+    """The INT8, W4A8 and RoPE backends' state; read only where they were loaded (they need torch)."""
     registration = sys.modules.get("ascend_shim.kitchen.registration")
     w4a8 = sys.modules.get("ascend_shim.kitchen.w4a8")
+    rope = sys.modules.get("ascend_shim.kitchen.rope")
     return {"int8": registration.report() if registration else {"decision": "not registered"},
-            "w4a8": w4a8.report() if w4a8 else None}
+            "w4a8": w4a8.report() if w4a8 else None,
+            "rope": rope.report() if rope else None}
 
 
 PATCH = Patch(

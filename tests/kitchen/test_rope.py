@@ -154,3 +154,23 @@ def test_the_cache_builds_once_rebuilds_on_change_and_forgets_freed_tensors():
         inference.mul_(-1)  # no version counter: never served from the cache
         assert torch.equal(cache.get(inference, False)[0], -a[0])
     assert len(cache) == 4
+
+
+def test_status_shows_what_the_fused_rope_served_and_left_to_eager():
+    pytest.importorskip("torch")
+    from ascend_shim.commands import reports
+    from ascend_shim.kitchen import rope
+
+    rope.COUNTERS.reset()
+    try:
+        rope.COUNTERS.fused["rms_rope_split_half"] += 3
+        rope.COUNTERS.to_eager["apply_rope"] += 1
+        rope.COUNTERS.decline("head_dim 1024 is not below 896")
+        report = dict(rope.report(), registered=True)
+        lines = reports.rope_lines(report)
+        assert lines[0] == "  RoPE calls: fused on the NPU 3, handed to kitchen's eager 1"
+        assert "    RoPE to eager, 1: head_dim 1024 is not below 896" in lines
+        assert reports.rope_lines(dict(report, registered=False)) == []  # nothing registered, nothing said
+        assert reports.rope_lines(None) == []
+    finally:
+        rope.COUNTERS.reset()
