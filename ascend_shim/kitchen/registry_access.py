@@ -9,10 +9,12 @@ changed here only: the priority order itself (``_priority``) and taking a
 backend out again (``unregister``). ``tests/kitchen/test_registry_access.py``
 runs every method against each supported release.
 
-The backends also reuse three kitchen helpers with no public name: its
+The backends also reuse kitchen helpers with no public name: its
 ``input_act`` functions (``backends._activations``), its ConvRot
-(``tensor.int8_utils._build_hadamard`` / ``_rotate_activation``) and its
-packed-W4A8 reader. Each is looked up here and comes back as an
+(``tensor.int8_utils._build_hadamard`` / ``_rotate_activation``), its
+packed-W4A8 reader and, for RoPE, its in-place argument check
+(``_rope_utils.check_rope_inplace``) and whether eager trims a longer
+``freqs_cis`` (``backends.eager.rope.trim_rope_freqs``). Each is looked up here and comes back as an
 ``Internal``: the value, or None and why this release lacks it.
 """
 
@@ -67,6 +69,16 @@ def w4a8_packed_reader() -> Internal:
     if found.value is not None and len(inspect.signature(found.value).parameters) != 3:
         return Internal(None, "this comfy-kitchen's unpack_w4a8_mma_weight takes other arguments")
     return found
+
+
+def rope_inplace_check() -> Internal:
+    """Eager's check of in-place RoPE arguments, ``check_rope_inplace(*xs, readonly=...)`` (0.2.2x+)."""
+    return _lookup("comfy_kitchen._rope_utils", "check_rope_inplace")
+
+
+def eager_trims_rope_freqs() -> bool:
+    """Whether this kitchen's eager trims a longer interleaved ``freqs_cis`` (0.2.26+)."""
+    return _lookup("comfy_kitchen.backends.eager.rope", "trim_rope_freqs").value is not None
 
 
 class KitchenInternalMissing(AttributeError):

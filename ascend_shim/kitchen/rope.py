@@ -29,6 +29,8 @@ import weakref
 
 import torch
 
+from ascend_shim.engine.npu import is_out_of_memory
+from ascend_shim.kitchen import registry_access
 from ascend_shim.kitchen.rope_contract import FLOATS, FUNCTIONS, Probe, decline, trim_length
 from ascend_shim.npu_math import rope as rope_math
 
@@ -215,8 +217,6 @@ class RopeBackend:
             else:
                 outs = [rotate(self.ops, x, freqs, split, self.trims) for x in tensors]
         except OP_ERRORS as exc:
-            from ascend_shim.kitchen.capability import is_out_of_memory
-
             if is_out_of_memory(exc):
                 raise
             # an input the checks let through and the op refused: eager serves it, on the device
@@ -284,13 +284,12 @@ def _install(ck, registry, policy: str) -> str:
     functions = [f for f in FUNCTIONS if hasattr(ck, f) and f in _eager_functions(registry)]
     if not functions:
         return "RoPE: this comfy-kitchen has no RoPE functions"
-    try:
-        from comfy_kitchen._rope_utils import check_rope_inplace
-    except ImportError:
-        check_rope_inplace = None
+    check_inplace = registry_access.rope_inplace_check().value
+    if check_inplace is None:  # in-place calls need eager's own checks, for eager's errors
         functions = [f for f in functions if not f.endswith("_")]
     call_rules = "call_rules" in getattr(FunctionConstraints, "__dataclass_fields__", {})
-    backend = RopeBackend(torch_npu, registry, call_rules, check_rope_inplace, _eager_trims())
+    backend = RopeBackend(torch_npu, registry, call_rules, check_inplace,
+                          registry_access.eager_trims_rope_freqs())
     if backend.probe.problem:
         return "RoPE: not registered (%s)" % backend.probe.problem
     from ascend_shim.kitchen.backend import BackendModule
@@ -301,15 +300,6 @@ def _install(ck, registry, policy: str) -> str:
     _state["backend"] = backend
     return "RoPE: %s serves %d functions on npu_rotary_mul%s" % (
         BACKEND, len(functions), "/npu_rms_norm" if backend.probe.rms_norm is not None else "")
-
-
-def _eager_trims() -> bool:
-    """Whether this kitchen's eager trims a longer interleaved freqs_cis (it imports the helper)."""
-    try:
-        from comfy_kitchen.backends.eager import rope as eager_rope
-    except ImportError:
-        return False
-    return hasattr(eager_rope, "trim_rope_freqs")
 
 
 def _eager_functions(registry) -> set:
