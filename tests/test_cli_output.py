@@ -19,7 +19,7 @@ import pytest
 
 import harness
 from ascend_shim.commands import json_report as _json_report
-from ascend_shim.commands import bench
+from ascend_shim.commands import bench, bench_rope
 from ascend_shim.commands import cli
 from ascend_shim.commands.selftest import report as selftest_report
 
@@ -135,13 +135,27 @@ def test_bench_default_run_on_the_emulated_npu_is_short_and_says_so(bed_python, 
     layouts = out[end + 1:]
     assert layouts[:3] == ["", "INT8 weight layout, npu_quant_matmul alone, ms (emulated):",
                            "| layer | M | K | N | %s |" % " | ".join(bench.WEIGHT_LAYOUTS)]
-    cells = [line.split(" | ")[4:] for line in layouts[4:]]
+    cells = [line.split(" | ")[4:] for line in layouts[4:layouts.index("", 1)]]  # the RoPE table follows
     assert len(cells) == len(bench.LAYERS)
     assert all(re.fullmatch(r"\d+\.\d{3}", cell.strip(" |")) for row in cells for cell in row), layouts
     assert "device synchronised" not in proc.stdout
+    # no comfy-kitchen on this bed: the RoPE comparison says why it did not run
+    assert out[-1].startswith("RoPE, eager vs fused: not timed (comfy-kitchen does not import"), out[-1]
     progress = [line for line in proc.stderr.splitlines() if line.startswith("bench: ")]
     assert progress[0] == "bench: 1/4 attention out M=256 K=3840 N=3840"
     assert all(" left" in line for line in progress[1:]) and len(progress) == 4
+
+
+def test_bench_times_kitchens_eager_rope_against_the_fused_one(bed_python, tmp_path):
+    env = harness.bed_env("ascend-cu130", kitchen="0.2.27")
+    proc = command(bed_python, ["bench", "--json", "--m", "64", "--repeat", "1", "--warmup", "0"], env, tmp_path)
+    result = strict_json(proc.stdout)
+    assert proc.returncode == 0 and result["rope_not_timed"] == "", proc.stderr
+    assert [r["case"] for r in result["rope"]] == [case[0] for case in bench_rope.CASES]
+    for row in result["rope"]:
+        assert row["tokens"] == 64 and row["eager_ms"] > 0 and row["fused_ms"] > 0, row
+        # the same rotation: bf16 outputs of magnitude below 8 differ by at most one rounding
+        assert row["max_abs_diff"] <= 2.0 ** -5, row
 
 
 def test_a_real_device_backend_is_not_taken_for_an_emulation():
