@@ -385,7 +385,7 @@ def npu_quant_matmul(
             # the accumulator itself, scaled in float64: bit exact with a unit scale
             exact = acc * s.double()
             return _out(torch.round(exact).clamp_(*_INT32_RANGE).to(torch.int32).contiguous(), index)
-        out = acc.float()  # int32 -> fp32 first, then scale (FACTS §4.5)
+        out = acc.float()  # int32 -> fp32 first, then the scale: the kernel's order
         if "per_channel_scale_first" in defects and s.numel() > 1:
             s = s[:1]
         out = out * s
