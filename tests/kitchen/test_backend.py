@@ -248,13 +248,14 @@ def test_mm_int8_refuses_float_operands_under_python_O(kitchen_run, version):
 
 
 POLICIES = {
-    # (release, ASCEND_SHIM_INT8): (head of the priority list, backend of the standard call)
+    # (release, ASCEND_SHIM_INT8): (head of the priority list, backend of the standard call);
+    # under shim the fused RoPE backend comes first too (it offers no INT8 function)
     ("0.2.26", "auto"): (["ascend_shim", "ascend_shim_fallback"], "ascend_shim"),
-    ("0.2.26", "shim"): (["ascend_shim", "ascend_shim_fallback"], "ascend_shim"),
+    ("0.2.26", "shim"): (["ascend_shim_rope", "ascend_shim", "ascend_shim_fallback"], "ascend_shim"),
     ("0.2.26", "upstream"): (["ascend_shim_fallback"], "ascend_shim_fallback"),
     ("0.2.26", "off"): (["cuda", "triton", "eager"], "eager"),
     ("0.2.40", "auto"): (["ascend", "ascend_shim", "ascend_shim_fallback"], "ascend"),
-    ("0.2.40", "shim"): (["ascend_shim", "ascend_shim_fallback", "ascend"], "ascend_shim"),
+    ("0.2.40", "shim"): (["ascend_shim_rope", "ascend_shim", "ascend_shim_fallback", "ascend"], "ascend_shim"),
     ("0.2.40", "upstream"): (["ascend", "ascend_shim_fallback"], "ascend"),
     ("0.2.40", "off"): (["ascend", "cuda", "triton", "eager"], "ascend"),
 }
