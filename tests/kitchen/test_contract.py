@@ -98,9 +98,10 @@ def test_out_of_memory_is_raised_on_by_the_int_mm_kernel_not_blamed_on_the_devic
     from ascend_shim.npu_math import int8 as int8_math
 
     monkeypatch.setattr(int8_math, "exact_int_mm", _oom)
-    a, b = torch.ones(2, 8, dtype=torch.int8), torch.ones(8, 4, dtype=torch.int8)
+    # uint8 self: always the fp32 K-chunk path (exact_int_mm), whatever the cube probe would say
+    a, b = torch.ones(2, 8, dtype=torch.uint8), torch.ones(8, 4, dtype=torch.int8)
     try:
-        int_mm.int_mm(a, b)
+        int_mm.REGISTRATION.int_mm(a, b)
     except torch.OutOfMemoryError as exc:
         assert "operands are valid" not in str(exc)
     else:
