@@ -100,7 +100,9 @@ def int8_layer():
     npu_device.reset_cpu_fallbacks()
     out = layer(torch.randn(8, 128, dtype=torch.bfloat16).to("npu"))
     return {"device": str(out.device), "fallbacks": sorted(npu_device.cpu_fallbacks()),
-            "quant_matmul": torch_npu._testbed.calls["npu_quant_matmul"]}
+            # the INT8 backends quantize x with npu_dynamic_quant; eager never does (its _int_mm
+            # may still reach npu_quant_matmul: the shim's kernel on the INT8 cube)
+            "dynamic_quant": torch_npu._testbed.calls["npu_dynamic_quant"]}
 
 
 def attention_paths():

@@ -48,7 +48,7 @@ def test_symptoms_reproduce_without_the_shim(comfy_run, version):
         assert probes["get_all_torch_devices"] == ok([])
     if has(version, "int8"):
         assert probes["int8_layer"].startswith("ok: {'device': 'npu:0', 'fallbacks': ['aten::_int_mm']")
-        assert probes["int8_layer"].endswith("'quant_matmul': 0}")
+        assert probes["int8_layer"].endswith("'dynamic_quant': 0}")
     assert result["status"] is None
 
 
@@ -98,8 +98,8 @@ def test_symptoms_gone_with_the_shim(comfy_run, version):
     if has(version, "mxfp8"):
         assert probes["supports_mxfp8_compute"] == ok(False)
     if has(version, "int8"):
-        assert probes["int8_layer"].startswith("ok: {'device': 'npu:0', 'fallbacks': [], 'quant_matmul': ")
-        assert not probes["int8_layer"].endswith("'quant_matmul': 0}")
+        assert probes["int8_layer"].startswith("ok: {'device': 'npu:0', 'fallbacks': [], 'dynamic_quant': ")
+        assert not probes["int8_layer"].endswith("'dynamic_quant': 0}")
         assert status["kitchen_int8"]["state"] == "applied"
         assert status["kitchen_priority"]["state"] == "applied"
     if not has(version, "int8_compute"):
@@ -172,14 +172,14 @@ def test_int8_backend_off_leaves_the_layer_to_comfyui(comfy_run, version):
     """ASCEND_SHIM_INT8=off: no shim backend; the INT8 layer runs as upstream's kitchen has it."""
     result = comfy_run(version, ASCEND_SHIM_INT8="off")
     assert result["status"]["kitchen_int8"]["reason"] == "ASCEND_SHIM_INT8=off"
-    assert result["probes"]["int8_layer"].endswith("'quant_matmul': 0}")
+    assert result["probes"]["int8_layer"].endswith("'dynamic_quant': 0}")
 
 
 def test_vendor_setup_cpu_torch_with_torch_npu(comfy_run):
     result = comfy_run(NEWEST, machine="ascend-cpu")
     assert result["probes"]["pick_operations"].startswith("ok:")
-    assert result["probes"]["int8_layer"].startswith("ok: {'device': 'npu:0', 'fallbacks': [], 'quant_matmul': ")
-    assert not result["probes"]["int8_layer"].endswith("'quant_matmul': 0}")
+    assert result["probes"]["int8_layer"].startswith("ok: {'device': 'npu:0', 'fallbacks': [], 'dynamic_quant': ")
+    assert not result["probes"]["int8_layer"].endswith("'dynamic_quant': 0}")
     assert result["status"]["is_nvidia"]["state"] == "applied"
 
 
