@@ -156,7 +156,9 @@ def run_layer(name):
     except Exception as exc:
         result = {"error": "%s: %s" % (type(exc).__name__, (str(exc).splitlines() or [""])[0])}
     result["cpu_fallbacks"] = dict(npu_device.cpu_fallbacks())
-    result["quant_matmul"] = torch_npu._testbed.calls["npu_quant_matmul"]
+    # the INT8 backends quantize x with npu_dynamic_quant; eager never does (its _int_mm may
+    # still reach npu_quant_matmul: the shim's kernel on the INT8 cube)
+    result["dynamic_quant"] = torch_npu._testbed.calls["npu_dynamic_quant"]
     return result
 
 

@@ -75,7 +75,7 @@ def test_fp8_int8_keeps_int8_where_the_npu_int8_path_is_registered(bed_python, t
         assert combo["patches"]["fp8_state_dict"] == ["applied", "fp8 -> int8"]
         for name in FP8_LAYERS:
             layer = combo["layers"][name]
-            assert layer["weights"] == {"int8@npu": 1} and layer["quant_matmul"] == 1, (name, layer)
+            assert layer["weights"] == {"int8@npu": 1} and layer["dynamic_quant"] == 1, (name, layer)
             assert layer["cpu_fallbacks"] == {} and layer["cos"] >= 0.999, (name, layer)
 
 
@@ -118,7 +118,7 @@ def test_no_policy_combination_puts_fp8_layers_on_the_cpu(matrix):
             assert combo["fp8_report"]["form"] == form, (label, combo["fp8_report"])
             assert layer["weights"] == {"%s@npu" % ("int8" if form == "int8" else "bfloat16"): 1}, (label, name, layer)
             kitchen_serves = "kitchen_int8" not in combo["disable"] and combo["int8"] != "off"
-            assert layer["quant_matmul"] == (1 if form == "int8" and kitchen_serves else 0), (label, name, layer)
+            assert layer["dynamic_quant"] == (1 if form == "int8" and kitchen_serves else 0), (label, name, layer)
 
 
 def test_int8_and_w4a8_layers_stay_on_the_npu_while_an_int8_fix_is_on(matrix):
