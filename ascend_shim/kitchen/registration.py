@@ -216,8 +216,9 @@ class KitchenInstallation:
         with self._lock:
             if self.installed is None:
                 return
-            for name in (SHIM, FALLBACK, rope.BACKEND):
+            for name in (SHIM, FALLBACK):
                 self.installed.registry.unregister(name)
+            rope.uninstall(self.installed.registry)  # its report says unregistered again
             self.installed, self.decision = None, "removed"
 
     def registry(self) -> Optional[KitchenRegistry]:

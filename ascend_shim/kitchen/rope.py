@@ -322,6 +322,12 @@ def place(order: list, policy: str) -> list:
 _state: dict = {"backend": None}
 
 
+def uninstall(registry) -> None:
+    """Take ``ascend_shim_rope`` out of ``registry`` and forget its backend (idempotent)."""
+    registry.unregister(BACKEND)
+    _state["backend"] = None
+
+
 def report() -> dict:
     backend = _state["backend"]
     return {"registered": backend is not None,

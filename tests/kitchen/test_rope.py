@@ -174,3 +174,26 @@ def test_status_shows_what_the_fused_rope_served_and_left_to_eager():
         assert reports.rope_lines(None) == []
     finally:
         rope.COUNTERS.reset()
+
+
+def test_uninstalling_takes_the_backend_out_and_its_report_says_so():
+    pytest.importorskip("torch")
+    from ascend_shim.kitchen import rope
+
+    class Registry:  # the one call uninstall makes of registry_access.KitchenRegistry
+        def __init__(self):
+            self.removed = []
+
+        def unregister(self, name):
+            self.removed.append(name)
+
+    saved = rope._state["backend"]
+    try:
+        rope._state["backend"] = rope.RopeBackend(None, None, False, None, False)
+        assert rope.report()["registered"] is True
+        registry = Registry()
+        rope.uninstall(registry)
+        rope.uninstall(registry)  # idempotent
+        assert registry.removed == [rope.BACKEND, rope.BACKEND] and rope.report()["registered"] is False
+    finally:
+        rope._state["backend"] = saved
