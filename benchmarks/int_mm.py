@@ -45,6 +45,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
 import harness  # noqa: E402
+from device_work import is_view  # noqa: E402  (beside this script)
 
 KITCHEN = "0.2.40"
 # label, M, K, N, timed?: DiT-layer GEMMs as eager's W4A8/int8 paths issue them, for the
@@ -115,7 +116,7 @@ def worker():
         moved = (a.nbytes + b.nbytes + out.nbytes) if fallbacks else 0
         # aten::_int_mm itself is the dispatcher's entry into the kernel, not device work
         kernels = 0 if fallbacks else sum(n for name, n in ops.items()
-                                          if name not in VIEW_OPS and name != "aten::_int_mm")
+                                          if not is_view(name) and name != "aten::_int_mm")
         kernels += sum(tb.calls.values())
         return {"kernels": kernels, "ops": dict(ops), "torch_npu_ops": dict(tb.calls),
                 "operand_bytes": operand_bytes(ops, tb, a, b), "cpu_fallbacks": fallbacks, "moved": moved,
@@ -141,11 +142,6 @@ def worker():
         else:
             answer = device(request["shape"])
         print(TAG + json.dumps(answer), flush=True)
-
-
-VIEW_OPS = frozenset({"aten::slice", "aten::view", "aten::t", "aten::transpose", "aten::as_strided",
-                      "aten::alias", "aten::detach", "aten::expand", "aten::unsqueeze", "aten::squeeze",
-                      "aten::select", "aten::reshape", "aten::_reshape_alias"})
 
 
 # --------------------------------------------------------------------------- driver

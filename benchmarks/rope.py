@@ -33,33 +33,12 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "tests"))
+from device_work import VIEW_OPS  # noqa: E402  (beside this script)
 
 KITCHEN = "0.2.40"
 TAG = "@@rope "
 CONTENDERS = ("shim", "eager", "ascend")
 BACKENDS = {"shim": "ascend_shim_rope", "eager": "eager", "ascend": "ascend"}
-# ops that make no new data (reshape/flatten are views of the contiguous tensors
-# here; a reshape of a non-contiguous one copies: eager's split-half output does, so eager's
-# split-half figure is one kernel per tensor low)
-VIEW_OPS = frozenset({"select", "slice", "view", "unsqueeze", "squeeze", "expand", "permute", "transpose", "t",
-                      "alias", "detach", "as_strided", "unbind", "split", "chunk", "narrow", "movedim",
-                      "_reshape_alias", "unflatten", "diagonal", "reshape", "flatten"})
-SCHEMAS = {  # torch_npu 2.12.0 / 2.14.0 registered schemas (tests/testbed/test_real_signatures.py checks)
-    "npu_rotary_mul": "npu_rotary_mul(Tensor input, Tensor r1, Tensor r2, str rotary_mode='half', "
-                      "Tensor? rotate=None) -> Tensor",
-    "npu_rms_norm": "npu_rms_norm(Tensor input, Tensor gamma, float epsilon=1e-06) -> (Tensor, Tensor)",
-}
-
-
-def _serve_through_schemas(torch, torch_npu):
-    library = torch.library.Library("npu_bench", "DEF")
-    for name, schema in SCHEMAS.items():
-        library.define(schema)
-        library.impl(name, getattr(torch_npu, name), "CompositeExplicitAutograd")
-        setattr(torch_npu, name, getattr(torch.ops.npu_bench, name))
-    return library
-
-
 def _freqs(torch, positions, pairs, heads_axis=False):
     angle = torch.rand(positions, pairs) * 100
     m = torch.stack([angle.cos(), -angle.sin(), angle.sin(), angle.cos()], -1).reshape(positions, pairs, 2, 2)
@@ -89,7 +68,12 @@ def worker(repeat):
     import torch
     import torch_npu
 
-    library = _serve_through_schemas(torch, torch_npu)  # noqa: F841  (kept alive)
+    import harness
+    from testbed import torch_ops_packets
+
+    library = torch_ops_packets.serve(torch_npu, torch_ops_packets.schemas_from(  # noqa: F841  (kept alive)
+        (harness.torch_npu_dir("2.12.0") / "registered_schemas.txt").read_text().splitlines(),
+        ("npu_rotary_mul", "npu_rms_norm")))
     import comfy_kitchen as ck
     from testbed import npu_device
 
@@ -97,9 +81,6 @@ def worker(repeat):
     registry = ck.registry
     npu = torch.device("npu", 0)
     torch.manual_seed(0)
-
-    def is_view(name):
-        return name.split("::")[-1] in VIEW_OPS
 
     def on_npu(kwargs):
         return {k: v.to(npu) if isinstance(v, torch.Tensor) else v for k, v in kwargs.items()}

@@ -39,6 +39,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
 import harness  # noqa: E402
+from device_work import is_view  # noqa: E402  (beside this script)
 
 KITCHEN = "0.2.40"
 # label, M, K, N, timed?
@@ -48,10 +49,6 @@ CONTENDERS = {"shim": {}, "eager+int_mm": {"ASCEND_SHIM_DISABLE": "kitchen_int8"
               "eager+fallback": {"ASCEND_SHIM": "0"}}
 NUMERICS_M = 64
 TAG = "@@bench "
-VIEW_OPS = frozenset({"aten::slice", "aten::view", "aten::t", "aten::transpose", "aten::as_strided",
-                      "aten::alias", "aten::detach", "aten::expand", "aten::unsqueeze", "aten::squeeze",
-                      "aten::select", "aten::reshape", "aten::_reshape_alias", "aten::unbind",
-                      "aten::split", "aten::chunk", "aten::unflatten", "aten::_unsafe_view"})
 
 
 # --------------------------------------------------------------------------- worker (on the bed)
@@ -130,7 +127,7 @@ def worker():
             bed.zero_cost(False)
         fallbacks = npu_device.cpu_fallbacks()
         quant = bed.calls["npu_dynamic_quant"] + bed.calls["npu_quant_matmul"]
-        other = sum(n for name, n in ops.items() if name not in VIEW_OPS)
+        other = sum(n for name, n in ops.items() if not is_view(name))
         _, m, k, n, _timed = SHAPES[i]
         moved = sum(fallbacks.values()) * (m * k + k * n + 4 * m * n)  # int8 operands out, int32 back
         return {"quant_kernels": quant, "other_ops": other, "cpu_fallbacks": sum(fallbacks.values()),

@@ -142,7 +142,7 @@ for minor in $PYTHONS; do
     # shellcheck disable=SC2046
     PYTHONUNBUFFERED=1 ASCEND_SHIM_TEST_CACHE="$PWD/$(cache_for "$minor")" \
         "$venv/bin/python" -m pytest $(suite_args "$minor") -p no:cacheprovider \
-            -n "$WORKERS" --dist loadfile "$@" | tee "$log"
+            -n "$WORKERS" --dist loadfile --durations=30 "$@" | tee "$log"
     status=${PIPESTATUS[0]}
     set -e
     if [ "$status" -eq 5 ]; then

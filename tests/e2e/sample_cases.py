@@ -37,6 +37,11 @@ parser.add_argument("--variants", default="bf16,int8,w4a8,fp8")
 parser.add_argument("--steps", type=int, default=3)
 parser.add_argument("--lora", action="store_true", help="also sample the int8 model with a LoRA")
 parser.add_argument("--fp32-check", action="store_true", help="also sample the fp32 weights (CPU)")
+parser.add_argument("--count-step", action="store_true",
+                    help="count the device ops of the last step's diffusion-model forward")
+parser.add_argument("--npu-schemas", metavar="FILE",
+                    help="serve the fake torch_npu's RoPE ops as torch.ops packets with the schemas in FILE "
+                         "(a real wheel's registered_schemas.txt), as upstream's ascend backend needs")
 split = sys.argv.index("--") if "--" in sys.argv else len(sys.argv)
 OPTS = parser.parse_args(sys.argv[1:split])
 FLAGS = sys.argv[split + 1:]
@@ -63,6 +68,14 @@ def error_line(exc):
 
 sys.path.insert(0, OPTS.comfy_dir)
 sys.argv = [os.path.join(OPTS.comfy_dir, "main.py")] + FLAGS
+if OPTS.npu_schemas:  # before comfy-kitchen loads: its ascend backend reads the schemas at import
+    import torch_npu
+
+    from testbed import torch_ops_packets
+
+    with open(OPTS.npu_schemas) as schema_file:
+        packets = torch_ops_packets.serve(torch_npu, torch_ops_packets.schemas_from(
+            schema_file.read().splitlines(), ("npu_rotary_mul", "npu_rms_norm")))
 report["stand_ins"] = stand_in_for(("torchvision", "torchaudio"))
 try:
     import comfy.options
@@ -179,17 +192,33 @@ def sample_once(patcher, spec, seed=7):
     """A few steps of ComfyUI's sampler; the weights' placement seen from inside the model."""
     diffusion_model = patcher.model.diffusion_model
     seen = {}
+    forwards = []
+    count_this = OPTS.count_step and on_npu
 
     def look(module, args):
+        forwards.append(1)
         if not seen:
             seen.update(placement(module))
             if on_npu:
                 seen["npu_bytes"] = npu_device.memory_allocated()
             seen["input_device"] = str(first_tensor(args[0]).device)
+        if count_this and len(forwards) == OPTS.steps:  # the last step: whatever is built once is built
+            import torch_npu
+
+            seen["npu_ops_before"] = dict(torch_npu._testbed.calls)
+            npu_device.reset_op_counts(enable=True)
 
     def keep_first_output(module, args, output):
         if "velocity" not in seen:  # the first step's prediction: same input in every run
             seen["velocity"] = flat(output)
+        if count_this and len(forwards) == OPTS.steps:
+            import torch_npu
+
+            seen["step_aten_ops"] = dict(npu_device.op_counts())
+            npu_device.reset_op_counts(enable=False)
+            before = seen.pop("npu_ops_before")
+            seen["step_npu_ops"] = {op: n - before.get(op, 0) for op, n in torch_npu._testbed.calls.items()
+                                    if n - before.get(op, 0)}
 
     hook = diffusion_model.register_forward_pre_hook(look)
     hook_out = diffusion_model.register_forward_hook(keep_first_output)

@@ -28,16 +28,11 @@ if SUITE == "registration":
     # the fake's ops served through the real wheel's schemas (torch.ops packets, as torch_npu
     # exposes them): upstream's ascend reads the schema before it registers its RoPE
     import harness
+    from testbed import torch_ops_packets
 
-    _schemas = {}
-    for _line in (harness.torch_npu_dir("2.12.0") / "registered_schemas.txt").read_text().splitlines():
-        if _line.startswith(("npu_rotary_mul(", "npu_rms_norm(")):
-            _schemas[_line.split("(")[0]] = _line
-    _library = torch.library.Library("npu_real_schema", "DEF")
-    for _name, _schema in _schemas.items():
-        _library.define(_schema)
-        _library.impl(_name, getattr(torch_npu, _name), "CompositeExplicitAutograd")
-        setattr(torch_npu, _name, getattr(torch.ops.npu_real_schema, _name))
+    _library = torch_ops_packets.serve(torch_npu, torch_ops_packets.schemas_from(
+        (harness.torch_npu_dir("2.12.0") / "registered_schemas.txt").read_text().splitlines(),
+        ("npu_rotary_mul", "npu_rms_norm")))
 
 import comfy_kitchen as ck  # noqa: E402
 from comfy_kitchen.registry import registry  # noqa: E402

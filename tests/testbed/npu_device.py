@@ -390,7 +390,11 @@ def reset_cpu_fallbacks() -> None:
 
 
 def op_counts() -> collections.Counter:
-    """Counter of aten op names dispatched on npu tensors (when counting is on)."""
+    """Counter of aten op names dispatched on npu tensors (when counting is on).
+
+    A composite op without an NPU kernel of its own is counted as the ops it
+    decomposes into, as a PrivateUse1 backend runs it (while counting, the bed
+    runs it that way too)."""
     return collections.Counter(_op_counts)
 
 
@@ -494,6 +498,12 @@ def _dispatch(func, args, kwargs):
     if func.namespace not in _ATEN_NAMESPACES:
         return _redispatch_custom(func, args, kwargs)
     if _count_ops:
+        if _runs_as_decomposition(func):
+            # a composite op (reaching here whole when autograd is below, e.g. in a custom op's
+            # body) runs on a real PrivateUse1 backend as its decomposition: count those kernels
+            out = func.decompose(*args, **(kwargs or {}))
+            if out is not NotImplemented:
+                return out
         _op_counts[schema_name] += 1
     if schema_name in _NO_OP:
         return None
@@ -595,6 +605,13 @@ def _dispatch(func, args, kwargs):
         isinstance(t, NpuTensor) and not t.is_inference() for t in inputs.values()
     )
     return tree_map(wrap_out, out)
+
+
+def _runs_as_decomposition(func) -> bool:
+    """A CompositeImplicitAutograd op with no PrivateUse1 kernel of its own."""
+    name = func.name()
+    return torch._C._dispatch_has_kernel_for_dispatch_key(name, "CompositeImplicitAutograd") and \
+        not torch._C._dispatch_has_kernel_for_dispatch_key(name, "PrivateUse1")
 
 
 def _has_foreign_kernel(func) -> bool:
