@@ -1,14 +1,21 @@
 """A real sampling workflow on a real ComfyUI tree, in a fresh interpreter.
 
     python sample_cases.py <comfyui-dir> <out-dir> --arch flux [--variants bf16,int8,w4a8,fp8]
-                           [--lora] [-- <ComfyUI flags>]
+                           [--lora] [--text-encoder bf16|fp32] [-- <ComfyUI flags>]
 
 Builds a tiny, seeded, random checkpoint of a real architecture (the
 architecture's own ComfyUI class gives the keys and shapes; ComfyUI's model
 detection has to recognise it from the shapes alone), writes one safetensors
 file per variant in ComfyUI 0.30's on-disk format (weights quantized with
 comfy-kitchen's own layouts), loads each with ``comfy.sd.load_diffusion_model``
-and runs a few steps of ``comfy.sample.sample`` with random conditioning.
+and runs a few steps of ``comfy.sample.sample`` with random conditioning, or
+(MiniMax-H3 with ``--text-encoder``) with the conditioning ComfyUI's own
+MiniMax-H3 text encoder gives: a tiny seeded Qwen3-VL-32B-structured checkpoint
+(``tiny_models.text_encoder_state_dict``) loaded with ``comfy.sd.load_clip``
+(``CLIPType.MINIMAX``) and run as the CLIPTextEncode node does; the report's
+``text_encoder`` entry says what ComfyUI built, where its weights sat while
+encoding and the bed's counters meanwhile; the positive conditioning is saved
+to ``<out-dir>/conditioning.pt``.
 
 Prints one JSON object: per variant the stage reached (or the error, as the
 user would see it), what was detected, where the weights sat while sampling,
@@ -39,6 +46,8 @@ parser.add_argument("--lora", action="store_true", help="also sample the int8 mo
 parser.add_argument("--fp32-check", action="store_true", help="also sample the fp32 weights (CPU)")
 parser.add_argument("--count-step", action="store_true",
                     help="count the device ops of the last step's diffusion-model forward")
+parser.add_argument("--text-encoder", choices=("bf16", "fp32"),
+                    help="MiniMax-H3: condition on ComfyUI's own text encoder, its weights in this dtype")
 parser.add_argument("--npu-schemas", metavar="FILE",
                     help="serve the fake torch_npu's RoPE ops as torch.ops packets with the schemas in FILE "
                          "(a real wheel's registered_schemas.txt), as upstream's ascend backend needs")
@@ -225,7 +234,7 @@ def sample_once(patcher, spec, seed=7):
     try:
         latent = spec.latent()
         noise = comfy.sample.prepare_noise(latent, seed)
-        positive, negative = spec.conditioning(seed)
+        positive, negative = conditioning if OPTS.text_encoder else spec.conditioning(seed)
         out = comfy.sample.sample(patcher, noise, OPTS.steps, 1.0, "euler", "simple", positive, negative,
                                   latent, denoise=1.0, disable_pbar=True, seed=seed)
     finally:
@@ -256,6 +265,8 @@ def run_variant(name, make_state_dict, patch=None, model_options=None):
             entry["stage"] = "lora"
             patcher = patch(patcher)
         entry["stage"] = "sample"
+        if OPTS.text_encoder and conditioning is None:
+            raise RuntimeError("no conditioning: the text encoder failed (see text_encoder)")
         reset_counters()
         out, seen = sample_once(patcher, spec)
         entry["counters"] = counters()
@@ -275,7 +286,89 @@ def run_variant(name, make_state_dict, patch=None, model_options=None):
     entry["seconds"] = round(time.monotonic() - started, 2)
 
 
+PROMPT = "a red fox runs through fresh snow at dawn, the camera follows it"
+
+
+def encode_prompts(dtype_name):
+    """Load the tiny MiniMax-H3 text encoder as a user does and encode as CLIPTextEncode does."""
+    entry = report["text_encoder"] = {"stage": "write"}
+    started = time.monotonic()
+    path = os.path.join(OPTS.out_dir, "text_encoder.safetensors")
+    try:
+        models.model_qwen3vl_32b_at_tiny_width()
+        weights = models.text_encoder_state_dict()
+        dtype = getattr(torch, {"bf16": "bfloat16", "fp32": "float32"}[dtype_name])
+        safetensors.torch.save_file({k: t.to(dtype).contiguous() for k, t in weights.items()}, path)
+        entry["stage"] = "load"
+        logs_before = len(log_stream.getvalue().splitlines())
+        clip = comfy.sd.load_clip([path], clip_type=comfy.sd.CLIPType.MINIMAX)
+        inner = clip.cond_stage_model.qwen3vl_32b  # MiniMaxH3ClipModel; .transformer is the encoder
+        entry["te_model"] = comfy.sd.detect_te_model(comfy.utils.load_torch_file(path, safe_load=True)).name
+        entry["classes"] = [type(clip.cond_stage_model).__mro__[1].__name__, type(inner).__name__,
+                            type(inner.transformer).__name__]
+        entry["load_log"] = [line for line in log_stream.getvalue().splitlines()[logs_before:]
+                             if "clip missing" in line or "clip unexpected" in line]
+        # every weight of the file sits in the encoder, with the file's value
+        loaded = {k: t for k, t in inner.transformer.state_dict().items()}
+        on_disk = comfy.utils.load_torch_file(path, safe_load=True)
+        entry["missing"] = sorted(set(loaded) - set(on_disk))
+        entry["unexpected"] = sorted(set(on_disk) - set(loaded))
+        entry["differing"] = sorted(k for k in set(loaded) & set(on_disk)
+                                    if not torch.equal(loaded[k].cpu(), on_disk[k]))
+        entry["lm_layers"] = inner.transformer.num_layers
+        entry["width"] = inner.transformer.model.config.hidden_size
+        entry["weights"] = len(on_disk)
+        entry["parameters"] = sum(t.numel() for t in on_disk.values())
+        entry["weight_dtypes"] = sorted({str(t.dtype) for t in loaded.values()})
+        entry["load_device"] = str(clip.patcher.load_device)
+        seen = {}
+
+        def look(module, args, kwargs):
+            if not seen:
+                seen.update(placement(module))
+                given = kwargs.get("embeds")  # SDClipModel passes the token embeddings
+                seen["input_device"] = str(given.device) if torch.is_tensor(given) else None
+
+        hook = inner.transformer.register_forward_pre_hook(look, with_kwargs=True)
+        entry["stage"] = "encode"
+        reset_counters()
+        encode_started = time.monotonic()
+        try:
+            positive = clip.encode_from_tokens_scheduled(clip.tokenize(PROMPT))
+            negative = clip.encode_from_tokens_scheduled(clip.tokenize(""))
+        finally:
+            hook.remove()
+        entry["encode_seconds"] = round(time.monotonic() - encode_started, 2)
+        entry["counters"] = counters()
+        entry["while_encoding"] = seen
+        cond, extra = positive[0]
+        entry["tokens"] = len(clip.tokenize(PROMPT)["qwen3vl_32b"][0])
+        entry["cond"] = {"shape": list(cond.shape), "dtype": str(cond.dtype), "device": str(cond.device),
+                         "finite": bool(torch.isfinite(cond).all()), "mean": float(cond.float().mean()),
+                         "std": float(cond.float().std())}
+        entry["cond_keys"] = sorted(extra)
+        entry["negative_shape"] = list(negative[0][0].shape)
+        entry["token_tags"] = extra["minimax_token_tags"].tolist() if "minimax_token_tags" in extra else None
+        torch.save({"positive": cond.detach().float().cpu(), "negative": negative[0][0].detach().float().cpu()},
+                   os.path.join(OPTS.out_dir, "conditioning.pt"))
+        entry["stage"] = "done"
+        del clip, inner, loaded, on_disk
+        mm.unload_all_models()
+        return positive, negative
+    except BaseException as exc:
+        entry["error"] = error_line(exc)
+        entry["counters"] = counters()
+        return None
+    finally:
+        entry["seconds"] = round(time.monotonic() - started, 2)
+
+
 spec = models.SPECS[OPTS.arch](seed=0)
+conditioning = None
+if OPTS.text_encoder:
+    if OPTS.arch != "minimax":
+        parser.error("--text-encoder is MiniMax-H3's (Qwen3-VL-32B) encoder")
+    conditioning = encode_prompts(OPTS.text_encoder)
 master = spec.build()  # fp32 state dict, on the CPU
 report["parameters"] = sum(t.numel() for t in master.values())
 report["quantized_layers"] = sum(1 for k, t in master.items() if spec.quantized(k, t))

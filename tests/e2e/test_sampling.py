@@ -4,8 +4,13 @@ Real ComfyUI 0.30.0 and comfy-kitchen 0.2.27. ``tiny_models.py`` builds a
 tiny random checkpoint of Flux.1 and of MiniMax-H3 with ComfyUI's own classes,
 in bf16, int8_tensorwise, asym_w4a8_int8 (fp8 group scales) and float8_e4m3fn
 variants; ``sample_cases.py`` loads each with ``comfy.sd.load_diffusion_model``
-and samples 3 steps with ``comfy.sample.sample``, random conditioning. Legs,
-one fresh interpreter each:
+and samples 3 steps with ``comfy.sample.sample``. Flux samples on random
+conditioning; MiniMax-H3 on the conditioning of ComfyUI's own MiniMax-H3 text
+encoder (Qwen3-VL-32B's structure, 50 layers, at the tiny DiT's text width 64:
+``tiny_models.model_qwen3vl_32b_at_tiny_width``), loaded with
+``comfy.sd.load_clip`` and run as CLIPTextEncode does, in the legs that give
+``text_encoder`` (the CPU reference's weights in fp32, the others' in bf16 as
+the users' files are). Legs, one fresh interpreter each:
 
   cpu      plain CPU without the shim (ASCEND_SHIM=0, --cpu): the fp32 reference
   shim     ascend-cu130 with the shim: what the user runs (bf16 compute)
@@ -35,10 +40,11 @@ MIN_COSINE = 0.999
 pytestmark = pytest.mark.skipif(not harness.torch_available(), reason="torch is not installed")
 
 LEGS = {
-    "cpu": dict(machine="cpu", args=["--fp32-check", "--lora"], flags=["--cpu"], env={"ASCEND_SHIM": "0"}),
-    "shim": dict(machine="ascend-cu130", args=["--lora"], flags=[], env={}),
+    "cpu": dict(machine="cpu", args=["--fp32-check", "--lora"], flags=["--cpu"], env={"ASCEND_SHIM": "0"},
+                text_encoder="fp32"),
+    "shim": dict(machine="ascend-cu130", args=["--lora"], flags=[], env={}, text_encoder="bf16"),
     "lowvram": dict(machine="ascend-cu130", args=["--variants", "int8,w4a8"],
-                    flags=["--lowvram", "--reserve-vram", "64"], env={}),
+                    flags=["--lowvram", "--reserve-vram", "64"], env={}, text_encoder="bf16"),
     "noshim": dict(machine="ascend-cu130", args=[], flags=[], env={"ASCEND_SHIM": "0"}),
     # the vendor's setup: the CPU build of torch with torch_npu, no shim
     "noshim-cpu-build": dict(machine="ascend-cpu", args=[], flags=[], env={"ASCEND_SHIM": "0"}),
@@ -53,14 +59,16 @@ def leg(bed_python, tmp_path_factory):
         if (name, arch) not in done:
             spec = LEGS[name]
             out = tmp_path_factory.mktemp("e2e-%s-%s" % (name, arch))
+            encoder = ["--text-encoder", spec["text_encoder"]] if arch == "minimax" and "text_encoder" in spec else []
             proc = harness.run(
                 [str(bed_python), str(CASES), str(harness.comfyui_dir(COMFYUI)), str(out), "--arch", arch,
-                 "--steps", str(STEPS), *spec["args"], "--", *spec["flags"]],
+                 "--steps", str(STEPS), *spec["args"], *encoder, "--", *spec["flags"]],
                 harness.bed_env(spec["machine"], kitchen=KITCHEN, **spec["env"]), out, timeout=600)
             report = harness.last_json(proc)
             report["out"] = out
-            print("leg %s/%s: %.1f s, %.1f s CPU in the child" % (name, arch, report["seconds"],
-                                                                report.get("cpu_seconds", 0)))
+            print("leg %s/%s: %.1f s, %.1f s CPU in the child%s" % (
+                name, arch, report["seconds"], report.get("cpu_seconds", 0),
+                ", text encoder %.1f s" % report["text_encoder"]["seconds"] if "text_encoder" in report else ""))
             done[name, arch] = report
         return done[name, arch]
 
@@ -239,3 +247,70 @@ def test_without_the_shim_on_the_cpu_build_int8_falls_back_and_fp8_stops(leg):
     for variant in ("w4a8", "fp8"):  # W4A8's fp8 group scales, fp8 weights
         entry = report["variants"][variant]
         assert entry["stage"] == "sample" and "Float8_e4m3fn has not been supported" in entry["error"], entry
+
+
+# ------------------------------------------------------------------ MiniMax-H3's own text encoder
+
+TEXT_WIDTH = 64  # tiny_models.MiniMaxH3Spec.config["text_dim"]
+LM_LAYERS = 50  # Qwen3-VL-32B truncated to 50 layers, as MiniMax-H3 ships it
+
+
+def encoded(report):
+    """The text-encoder entry of a MiniMax-H3 leg, encoded without error."""
+    entry = report.get("text_encoder")
+    assert entry is not None, "the leg sampled without ComfyUI's text encoder"
+    assert entry["stage"] == "done", entry
+    return entry
+
+
+@pytest.mark.parametrize("name", ["cpu", "shim"])
+def test_minimax_conditions_on_comfyuis_own_text_encoder(leg, name):
+    """load_clip(CLIPType.MINIMAX) detects the tiny file as Qwen3-VL-32B and
+    builds ComfyUI's MiniMax-H3 encoder; every weight of the file is loaded."""
+    entry = encoded(leg(name, "minimax"))
+    print("%s text encoder: %s %s, %d weights, %d parameters, %s; cond %s; encode %.2f s" % (
+        name, entry["te_model"], entry["classes"], entry["weights"], entry["parameters"], entry["weight_dtypes"],
+        entry["cond"], entry["encode_seconds"]))
+    assert entry["te_model"] == "QWEN3VL_32B"
+    assert entry["classes"] == ["MiniMaxH3TEModel", "MiniMaxH3ClipModel", "MiniMaxQwen3VL"]
+    assert (entry["lm_layers"], entry["width"]) == (LM_LAYERS, TEXT_WIDTH)
+    assert (entry["missing"], entry["unexpected"], entry["differing"], entry["load_log"]) == ([], [], [], [])
+    assert entry["weight_dtypes"] == ["torch.float32" if name == "cpu" else "torch.bfloat16"]
+    cond = entry["cond"]
+    assert cond["shape"] == [1, entry["tokens"], TEXT_WIDTH] and entry["tokens"] > 4 and cond["finite"]
+    assert "minimax_token_tags" in entry["cond_keys"] and entry["token_tags"] == [1] * entry["tokens"]
+    assert entry["negative_shape"] == [1, 1, TEXT_WIDTH]  # the empty prompt: one pad token
+
+
+def test_text_encoder_runs_on_the_npu_with_the_shim(leg):
+    """On the simulated 910B the encoder's weights sit on the NPU while it
+    encodes, with no CPU fallback and no float8 tensor there; its attention
+    (a causal float mask) is accounted for with the bed's own count."""
+    entry = encoded(leg("shim", "minimax"))
+    seen, counters = entry["while_encoding"], entry["counters"]
+    print("text encoder on the npu: %s; %s" % (seen, counters))
+    assert entry["load_device"] == "npu:0"
+    assert set(seen["devices"]) == {"npu"}, seen
+    assert seen["input_device"] == "npu:0" and seen["float8_on_device"] == []
+    assert counters["fallbacks"] == {} and counters["errors"] == [], counters
+    # one SDPA call per LM layer and prompt; the empty prompt (one token) has no mask and
+    # takes the fused kernel, the prompt's causal mask is filled with finfo.min / 4 (not
+    # -inf), so the shim cannot hand it over as a bool mask: those calls take the math path
+    paths = counters["sdpa_paths"]
+    assert sum(paths.values()) == 2 * LM_LAYERS and paths.get("fused", 0) >= LM_LAYERS, paths
+    line = "attention: %d of %d SDPA calls on the NPU took torch_npu's fused kernel" % (
+        paths.get("fused", 0), sum(paths.values()))
+    if paths.get("math"):
+        line += "; unfused math path: %d float mask with values other than 0 and -inf (or a row with no 0)" % (
+            paths["math"])
+    assert counters["attention_line"] == line, counters
+
+
+def test_text_encoder_conditioning_matches_the_cpu_reference(leg):
+    """bf16 weights and compute on the NPU against fp32 on the CPU."""
+    encoded(leg("cpu", "minimax")), encoded(leg("shim", "minimax"))
+    shim = torch.load(leg("shim", "minimax")["out"] / "conditioning.pt")
+    cpu = torch.load(leg("cpu", "minimax")["out"] / "conditioning.pt")
+    found = {part: round(cosine(shim[part], cpu[part]), 6) for part in ("positive", "negative")}
+    print("text encoder conditioning, npu bf16 vs cpu fp32: %s" % found)
+    assert min(found.values()) >= MIN_COSINE, found

@@ -151,6 +151,70 @@ class MiniMaxH3Spec:
 SPECS = {"flux": FluxSpec, "minimax": MiniMaxH3Spec}
 
 
+# ---------------------------------------------------------------- MiniMax-H3's text encoder
+
+TEXT_ENCODER = "qwen3vl_32b"  # ComfyUI's name for MiniMax-H3's encoder (Qwen3-VL-32B, 50 LM layers)
+
+
+def model_qwen3vl_32b_at_tiny_width(width: int = MiniMaxH3Spec.config["text_dim"]) -> None:
+    """Shrink ComfyUI's Qwen3-VL-32B config tables, in this interpreter's module objects, to ``width``.
+
+    Models the 32B encoder's *structure* at a tiny width: its 50 LM layers,
+    grouped-query attention with q/k norms and head_dim != hidden/heads, the
+    interleaved mRoPE sections in the 32B's proportions, no final norm and no
+    lm_head, the real vocabulary (the real tokenizer's ids stay in range), and a
+    DeepStack vision tower with its mergers (which ComfyUI's detection looks
+    for). Its real weights (~64 GB) are out of reach of a test. ComfyUI builds
+    the encoder from fixed tables (``QWEN3VL_CONFIGS`` and ``QWEN3VL_VISION`` in
+    ``comfy.text_encoders.qwen3vl``) with no size argument, so this test code
+    swaps those two entries; product code is not involved. Call it before
+    ``comfy.sd.load_clip`` (and before ``text_encoder_state_dict``).
+    """
+    import dataclasses
+
+    import comfy.text_encoders.qwen3vl as qwen3vl
+
+    current = qwen3vl.QWEN3VL_CONFIGS[TEXT_ENCODER]
+    if getattr(current, "tiny_width", None) == width:
+        return
+    full = getattr(current, "full_config", current)
+
+    @dataclasses.dataclass
+    class TinyQwen3VL_32BConfig(full):
+        hidden_size: int = width
+        intermediate_size: int = 5 * width  # 25600 / 5120
+        num_attention_heads: int = 4
+        num_key_value_heads: int = 1  # grouped-query attention, as the 32B's 64 / 8
+        head_dim = 32  # q_proj widens to heads * head_dim (64 * 128 = 8192 at 5120)
+        rope_dims = [6, 5, 5]  # the 32B's [24, 20, 20] for head_dim 128
+        tiny_width = width
+        full_config = full
+
+    qwen3vl.QWEN3VL_CONFIGS[TEXT_ENCODER] = TinyQwen3VL_32BConfig
+    # 27 blocks with DeepStack taps after 8, 16 and 24 -> 3 blocks, a tap after each
+    qwen3vl.QWEN3VL_VISION[TEXT_ENCODER] = dict(hidden_size=width, intermediate_size=2 * width, depth=3,
+                                                deepstack_visual_indexes=[0, 1, 2])
+
+
+def text_encoder_state_dict(seed: int = 3) -> dict:
+    """Seeded fp32 weights of MiniMax-H3's text encoder in its on-disk layout
+    (``model.layers.N.*``, ``model.embed_tokens.weight``, ``visual.*``), built
+    from ComfyUI's own class at the width ``model_qwen3vl_32b_at_tiny_width`` set."""
+    import comfy.ops
+    import comfy.text_encoders.minimax
+
+    with torch.device("meta"):
+        encoder = comfy.text_encoders.minimax.MiniMaxQwen3VL({}, torch.float32, "meta",
+                                                              comfy.ops.disable_weight_init)
+    if getattr(encoder.model.config, "tiny_width", None) is None:
+        raise RuntimeError("call model_qwen3vl_32b_at_tiny_width() first: this is the full 32B config")
+    out = _fill(encoder, seed, lambda key: False)
+    # token embeddings of unit scale per entry, as trained embeddings are (not 1/sqrt(width))
+    out["model.embed_tokens.weight"] *= math.sqrt(out["model.embed_tokens.weight"].shape[1])
+    return out
+
+
+
 def _quantize(weight: torch.Tensor, variant: str, codebook: bool = False) -> tuple[dict, dict]:
     """{suffix: tensor} and the comfy_quant conf of one weight, by comfy-kitchen's layouts."""
     from comfy_kitchen.tensor import QuantizedTensor, get_layout_class
