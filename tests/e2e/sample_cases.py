@@ -11,7 +11,7 @@ comfy-kitchen's own layouts), loads each with ``comfy.sd.load_diffusion_model``
 and runs a few steps of ``comfy.sample.sample`` with random conditioning, or
 (MiniMax-H3 with ``--text-encoder``) with the conditioning ComfyUI's own
 MiniMax-H3 text encoder gives: a tiny seeded Qwen3-VL-32B-structured checkpoint
-(``tiny_models.text_encoder_state_dict``) loaded with ``comfy.sd.load_clip``
+(``tiny_text_encoder.py``) loaded with ``comfy.sd.load_clip``
 (``CLIPType.MINIMAX``) and run as the CLIPTextEncode node does; the report's
 ``text_encoder`` entry says what ComfyUI built, where its weights sat while
 encoding and the bed's counters meanwhile; the positive conditioning is saved
@@ -105,6 +105,7 @@ import safetensors.torch  # noqa: E402
 from comfy.quant_ops import QuantizedTensor  # noqa: E402
 
 import tiny_models as models  # noqa: E402  (beside this script)
+import tiny_text_encoder as text_encoder  # noqa: E402
 
 try:
     from testbed import machine, npu_device
@@ -286,41 +287,20 @@ def run_variant(name, make_state_dict, patch=None, model_options=None):
     entry["seconds"] = round(time.monotonic() - started, 2)
 
 
-PROMPT = "a red fox runs through fresh snow at dawn, the camera follows it"
-
-
 def encode_prompts(dtype_name):
     """Load the tiny MiniMax-H3 text encoder as a user does and encode as CLIPTextEncode does."""
     entry = report["text_encoder"] = {"stage": "write"}
     started = time.monotonic()
     path = os.path.join(OPTS.out_dir, "text_encoder.safetensors")
     try:
-        models.model_qwen3vl_32b_at_tiny_width()
-        weights = models.text_encoder_state_dict()
-        dtype = getattr(torch, {"bf16": "bfloat16", "fp32": "float32"}[dtype_name])
-        safetensors.torch.save_file({k: t.to(dtype).contiguous() for k, t in weights.items()}, path)
+        text_encoder.model_qwen3vl_32b_at_tiny_width()
+        text_encoder.write(path, dtype_name)
         entry["stage"] = "load"
         logs_before = len(log_stream.getvalue().splitlines())
         clip = comfy.sd.load_clip([path], clip_type=comfy.sd.CLIPType.MINIMAX)
-        inner = clip.cond_stage_model.qwen3vl_32b  # MiniMaxH3ClipModel; .transformer is the encoder
-        entry["te_model"] = comfy.sd.detect_te_model(comfy.utils.load_torch_file(path, safe_load=True)).name
-        entry["classes"] = [type(clip.cond_stage_model).__mro__[1].__name__, type(inner).__name__,
-                            type(inner.transformer).__name__]
         entry["load_log"] = [line for line in log_stream.getvalue().splitlines()[logs_before:]
                              if "clip missing" in line or "clip unexpected" in line]
-        # every weight of the file sits in the encoder, with the file's value
-        loaded = {k: t for k, t in inner.transformer.state_dict().items()}
-        on_disk = comfy.utils.load_torch_file(path, safe_load=True)
-        entry["missing"] = sorted(set(loaded) - set(on_disk))
-        entry["unexpected"] = sorted(set(on_disk) - set(loaded))
-        entry["differing"] = sorted(k for k in set(loaded) & set(on_disk)
-                                    if not torch.equal(loaded[k].cpu(), on_disk[k]))
-        entry["lm_layers"] = inner.transformer.num_layers
-        entry["width"] = inner.transformer.model.config.hidden_size
-        entry["weights"] = len(on_disk)
-        entry["parameters"] = sum(t.numel() for t in on_disk.values())
-        entry["weight_dtypes"] = sorted({str(t.dtype) for t in loaded.values()})
-        entry["load_device"] = str(clip.patcher.load_device)
+        entry.update(text_encoder.describe(clip, path))
         seen = {}
 
         def look(module, args, kwargs):
@@ -328,21 +308,20 @@ def encode_prompts(dtype_name):
                 seen.update(placement(module))
                 given = kwargs.get("embeds")  # SDClipModel passes the token embeddings
                 seen["input_device"] = str(given.device) if torch.is_tensor(given) else None
+                seen["input_dtype"] = str(given.dtype) if torch.is_tensor(given) else None  # the compute dtype
 
-        hook = inner.transformer.register_forward_pre_hook(look, with_kwargs=True)
+        hook = clip.cond_stage_model.qwen3vl_32b.transformer.register_forward_pre_hook(look, with_kwargs=True)
         entry["stage"] = "encode"
         reset_counters()
         encode_started = time.monotonic()
         try:
-            positive = clip.encode_from_tokens_scheduled(clip.tokenize(PROMPT))
-            negative = clip.encode_from_tokens_scheduled(clip.tokenize(""))
+            positive, negative = text_encoder.encode(clip)
         finally:
             hook.remove()
         entry["encode_seconds"] = round(time.monotonic() - encode_started, 2)
         entry["counters"] = counters()
         entry["while_encoding"] = seen
         cond, extra = positive[0]
-        entry["tokens"] = len(clip.tokenize(PROMPT)["qwen3vl_32b"][0])
         entry["cond"] = {"shape": list(cond.shape), "dtype": str(cond.dtype), "device": str(cond.device),
                          "finite": bool(torch.isfinite(cond).all()), "mean": float(cond.float().mean()),
                          "std": float(cond.float().std())}
@@ -352,7 +331,7 @@ def encode_prompts(dtype_name):
         torch.save({"positive": cond.detach().float().cpu(), "negative": negative[0][0].detach().float().cpu()},
                    os.path.join(OPTS.out_dir, "conditioning.pt"))
         entry["stage"] = "done"
-        del clip, inner, loaded, on_disk
+        del clip
         mm.unload_all_models()
         return positive, negative
     except BaseException as exc:

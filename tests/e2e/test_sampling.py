@@ -7,7 +7,7 @@ variants; ``sample_cases.py`` loads each with ``comfy.sd.load_diffusion_model``
 and samples 3 steps with ``comfy.sample.sample``. Flux samples on random
 conditioning; MiniMax-H3 on the conditioning of ComfyUI's own MiniMax-H3 text
 encoder (Qwen3-VL-32B's structure, 50 layers, at the tiny DiT's text width 64:
-``tiny_models.model_qwen3vl_32b_at_tiny_width``), loaded with
+``tiny_text_encoder.model_qwen3vl_32b_at_tiny_width``), loaded with
 ``comfy.sd.load_clip`` and run as CLIPTextEncode does, in the legs that give
 ``text_encoder`` (the CPU reference's weights in fp32, the others' in bf16 as
 the users' files are). Legs, one fresh interpreter each:
