@@ -283,7 +283,7 @@ def test_minimax_conditions_on_comfyuis_own_text_encoder(leg, name):
     assert entry["negative_shape"] == [1, 1, TEXT_WIDTH]  # the empty prompt: one pad token
 
 
-def test_text_encoder_runs_on_the_npu_with_the_shim(leg):
+def test_minimax_text_encoder_runs_on_the_npu_with_the_shim(leg):
     """On the simulated 910B the encoder's weights sit on the NPU while it
     encodes, with no CPU fallback and no float8 tensor there; its attention
     (a causal float mask) is accounted for with the bed's own count."""
@@ -310,7 +310,7 @@ def test_text_encoder_runs_on_the_npu_with_the_shim(leg):
     assert counters["attention_line"] == line, counters
 
 
-def test_text_encoder_conditioning_matches_the_cpu_reference(leg):
+def test_minimax_text_encoder_conditioning_matches_the_cpu_reference(leg):
     """bf16 weights on the NPU against fp32 weights on the CPU (both computed in fp32, as
     ComfyUI computes its LLM encoders: the difference is the weights' bf16 rounding and the
     NPU's kernels)."""
