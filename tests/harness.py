@@ -61,8 +61,13 @@ def pyenv_pythons():
 
 
 def scrubbed_env(**extra):
-    """A minimal environment: no PYTHON*, no ASCEND_SHIM*, no torch autoload."""
-    env = {k: os.environ[k] for k in ("PATH", "HOME", "LANG", "LC_ALL", "TMPDIR") if k in os.environ}
+    """A minimal environment: no PYTHON*, no ASCEND_SHIM*, no torch autoload.
+
+    The thread setting the run gave (``OMP_NUM_THREADS``, set by ``tests/run.sh``)
+    is kept: on a 2-core runner, two test workers whose children each start two
+    torch threads spin against each other."""
+    env = {k: os.environ[k] for k in ("PATH", "HOME", "LANG", "LC_ALL", "TMPDIR", "OMP_NUM_THREADS")
+           if k in os.environ}
     env["TORCH_DEVICE_BACKEND_AUTOLOAD"] = "0"
     env["PYTHONDONTWRITEBYTECODE"] = "1"
     env["PIP_DISABLE_PIP_VERSION_CHECK"] = "1"

@@ -119,9 +119,25 @@ suite_args() {  # what each Python runs: the startup-only files run once, on 3.1
     fi
 }
 
+# the venvs are prepared side by side (mostly unpacking wheels and downloads: on 2 cores
+# this takes minutes off), each into its own log, shown when it is done
+pids=()
+logs=()
 for minor in $PYTHONS; do
-    prepare "$minor"
+    logs+=("$(mktemp)")
+    prepare "$minor" > "${logs[-1]}" 2>&1 &
+    pids+=("$!")
 done
+prepared=0
+for i in "${!pids[@]}"; do
+    wait "${pids[$i]}" || prepared=$?
+    cat "${logs[$i]}"
+    rm -f "${logs[$i]}"
+done
+if [ "$prepared" -ne 0 ]; then
+    echo "preparing a test venv failed (exit $prepared)" >&2
+    exit "$prepared"
+fi
 
 results="$(mktemp)"
 failed=0
@@ -140,9 +156,10 @@ for minor in $PYTHONS; do
     echo "== Python $minor, $("$venv/bin/python" -c 'import torch; print("torch", torch.__version__)')"
     set +e
     # shellcheck disable=SC2046
-    PYTHONUNBUFFERED=1 ASCEND_SHIM_TEST_CACHE="$PWD/$(cache_for "$minor")" \
+    # one torch thread per process: the workers (and their children) already fill the cores
+    PYTHONUNBUFFERED=1 OMP_NUM_THREADS="${OMP_NUM_THREADS:-1}" ASCEND_SHIM_TEST_CACHE="$PWD/$(cache_for "$minor")" \
         "$venv/bin/python" -m pytest $(suite_args "$minor") -p no:cacheprovider \
-            -n "$WORKERS" --dist loadfile --durations=30 "$@" | tee "$log"
+            -n "$WORKERS" --dist loadfile --durations=30 -rs "$@" | tee "$log"
     status=${PIPESTATUS[0]}
     set -e
     if [ "$status" -eq 5 ]; then
