@@ -19,6 +19,7 @@ import json
 import os
 import sys
 import tempfile
+import time
 import traceback
 
 from testbed.absent_packages import stand_in_for  # noqa: E402
@@ -416,6 +417,10 @@ def fp8_status():
 
 
 wanted = [c for c in os.environ.get("FP8_CASES", ",".join(CASES)).split(",") if c]
+results = {}
 with torch.no_grad():  # ComfyUI loads outside inference mode
-    results = {name: run(name) for name in wanted}
+    for name in wanted:
+        started = time.monotonic()
+        results[name] = run(name)
+        results[name]["seconds"] = round(time.monotonic() - started, 2)
 print(json.dumps({"device": str(DEVICE), "cases": results, "status": fp8_status()}))

@@ -24,13 +24,19 @@ FLAGS = ("--fp8_e4m3fn-unet", "--fp8_e4m3fn-text-enc")
 TOO_BIG = ("--reserve-vram", "64")
 NO_FLOAT8 = "RuntimeError: Float8_e4m3fn has not been supported"
 FP8_FILE_CASES = ("checkpoint_scaled_fp8", "diffusion_comfy_quant", "lora", "mixed_linear", "mixed_linear_direct")
+INT8_CASES = FP8_FILE_CASES + ("diffusion_unscaled",)  # what the ASCEND_SHIM_FP8=int8 tests read
+FLAG_CASES = ("flags", "weight_dtype_option")
 
 
 @pytest.fixture(scope="session")
 def fp8_run(bed_python, tmp_path_factory):
     cache = {}
 
-    def run(machine="ascend-cu130", flags=(), kitchen=KITCHEN, **env):
+    def run(machine="ascend-cu130", flags=(), kitchen=KITCHEN, cases=(), **env):
+        """One fp8_cases.py run; ``cases`` picks the cases it runs (all by default): the
+        CLIP-L text encoder alone takes ~12 s a run, so runs that do not read it leave it out."""
+        if cases:
+            env["FP8_CASES"] = ",".join(cases)
         key = (machine, tuple(flags), kitchen, tuple(sorted(env.items())))
         if key not in cache:
             cwd = tmp_path_factory.mktemp("fp8")
@@ -96,14 +102,14 @@ def test_bf16_weights_take_two_bytes_per_fp8_byte(fp8_run):
 
 
 def test_lora_on_a_decoded_fp8_layer_is_applied(fp8_run):
-    for result in (fp8_run(flags=TOO_BIG), fp8_run(flags=TOO_BIG, ASCEND_SHIM_FP8="int8")):
+    for result in (fp8_run(flags=TOO_BIG), fp8_run(flags=TOO_BIG, cases=INT8_CASES, ASCEND_SHIM_FP8="int8")):
         case = passed(result, "lora")
         assert case["patched"] == ["diffusion_model.head.head.weight"]
         assert case["cos"] >= 0.999 and case["cos_without_lora"] < 0.995, case
 
 
 def test_int8_form_serves_fp8_layers_through_the_npu_int8_path(fp8_run):
-    result = fp8_run(flags=TOO_BIG, ASCEND_SHIM_FP8="int8")
+    result = fp8_run(flags=TOO_BIG, cases=INT8_CASES, ASCEND_SHIM_FP8="int8")
     for name in FP8_FILE_CASES:
         case = passed(result, name)
         # "too big for the card": ComfyUI keeps some weights on the host and streams them per
@@ -118,9 +124,9 @@ def test_int8_form_serves_fp8_layers_through_the_npu_int8_path(fp8_run):
 
 
 def test_fp8_flags_and_load_options_hold_16_bit_weights_on_the_910b(fp8_run):
-    broken = fp8_run(flags=FLAGS, ASCEND_SHIM_FP8="off")
+    broken = fp8_run(flags=FLAGS, cases=FLAG_CASES, ASCEND_SHIM_FP8="off")
     assert broken["cases"]["flags"].get("error") == NO_FLOAT8
-    result = fp8_run(flags=FLAGS)
+    result = fp8_run(flags=FLAGS, cases=FLAG_CASES)
     case = passed(result, "flags")
     assert float8_on(case, "npu") == [] and case["cos"] >= 0.9999 and case["text_cos"] >= 0.9999
     assert case["text_encoder_dtype"] == "torch.bfloat16" and case["text_device"] == "npu:0"
@@ -128,8 +134,9 @@ def test_fp8_flags_and_load_options_hold_16_bit_weights_on_the_910b(fp8_run):
 
 
 def test_an_npu_that_holds_float8_keeps_fp8_as_comfyui_has_it(fp8_run):
-    result = fp8_run(machine="ascend-cpu", TESTBED_NPU_NAME="Ascend950PR")
-    untouched = fp8_run(machine="ascend-cpu", TESTBED_NPU_NAME="Ascend950PR", ASCEND_SHIM="0")
+    cases = FP8_FILE_CASES + ("w4a8_layer",)
+    result = fp8_run(machine="ascend-cpu", TESTBED_NPU_NAME="Ascend950PR", cases=cases)
+    untouched = fp8_run(machine="ascend-cpu", TESTBED_NPU_NAME="Ascend950PR", cases=cases, ASCEND_SHIM="0")
     assert all(r["state"] == "skipped" and "holds float8" in r["reason"] for r in result["status"].values())
     for name in FP8_FILE_CASES:  # what ComfyUI itself does with fp8 there, unchanged
         assert float8_on(passed(result, name), "npu") == float8_on(passed(untouched, name), "npu"), name
@@ -139,7 +146,7 @@ def test_an_npu_that_holds_float8_keeps_fp8_as_comfyui_has_it(fp8_run):
 
 @pytest.mark.parametrize("machine, flags", [("ascend-cu130", ("--cpu",)), ("cpu", ("--cpu",))])
 def test_a_cpu_run_keeps_fp8_on_the_host(fp8_run, machine, flags):
-    result = fp8_run(machine=machine, flags=flags)
+    result = fp8_run(machine=machine, flags=flags, cases=FP8_FILE_CASES)
     if machine == "cpu":  # no torch_npu: the shim left the import path before deciding anything
         assert result["status"] is None
     else:
