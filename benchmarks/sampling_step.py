@@ -112,7 +112,7 @@ def main():
     print("device kernels in one sampling step (one diffusion-model forward), real ComfyUI %s on the "
           "simulated 910B; in brackets: int8 linear ops / fused RoPE+RMSNorm ops / SDPA / CPU fallbacks" % COMFYUI)
     print("| model | weights | %s |" % " | ".join(names))
-    print("|---|---|%s" % "---:|" * len(names))
+    print("|---|---|%s" % ("---:|" * len(names)))
     for arch, by_name in result.items():
         for variant in options.variants.split(","):
             cells = []
