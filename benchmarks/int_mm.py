@@ -45,7 +45,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
 import harness  # noqa: E402
-from device_work import is_view  # noqa: E402  (beside this script)
+from device_work import kernels as device_kernels  # noqa: E402  (beside this script)
 
 KITCHEN = "0.2.40"
 # label, M, K, N, timed?: DiT-layer GEMMs as eager's W4A8/int8 paths issue them, for the
@@ -114,10 +114,8 @@ def worker():
         fallbacks = sum(npu_device.cpu_fallbacks().values())
         peak = npu_device.max_memory_allocated() - base - out.nbytes
         moved = (a.nbytes + b.nbytes + out.nbytes) if fallbacks else 0
-        # aten::_int_mm itself is the dispatcher's entry into the kernel, not device work
-        kernels = 0 if fallbacks else sum(n for name, n in ops.items()
-                                          if not is_view(name) and name != "aten::_int_mm")
-        kernels += sum(tb.calls.values())
+        # views, allocations and the aten::_int_mm entry itself are not device work (device_work.py)
+        kernels = (0 if fallbacks else device_kernels(ops)) + sum(tb.calls.values())
         return {"kernels": kernels, "ops": dict(ops), "torch_npu_ops": dict(tb.calls),
                 "operand_bytes": operand_bytes(ops, tb, a, b), "cpu_fallbacks": fallbacks, "moved": moved,
                 "peak_extra": peak, "exact": bool(torch.equal(out.cpu(), want))}

@@ -71,9 +71,8 @@ def worker(repeat):
     import harness
     from testbed import torch_ops_packets
 
-    library = torch_ops_packets.serve(torch_npu, torch_ops_packets.schemas_from(  # noqa: F841  (kept alive)
-        (harness.torch_npu_dir("2.12.0") / "registered_schemas.txt").read_text().splitlines(),
-        ("npu_rotary_mul", "npu_rms_norm")))
+    library = torch_ops_packets.serve_from_file(  # noqa: F841  (kept alive)
+        torch_npu, harness.torch_npu_dir("2.12.0") / "registered_schemas.txt")
     import comfy_kitchen as ck
     from testbed import npu_device
 

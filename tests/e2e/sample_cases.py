@@ -82,9 +82,7 @@ if OPTS.npu_schemas:  # before comfy-kitchen loads: its ascend backend reads the
 
     from testbed import torch_ops_packets
 
-    with open(OPTS.npu_schemas) as schema_file:
-        packets = torch_ops_packets.serve(torch_npu, torch_ops_packets.schemas_from(
-            schema_file.read().splitlines(), ("npu_rotary_mul", "npu_rms_norm")))
+    packets = torch_ops_packets.serve_from_file(torch_npu, OPTS.npu_schemas)
 report["stand_ins"] = stand_in_for(("torchvision", "torchaudio"))
 try:
     import comfy.options

@@ -30,9 +30,8 @@ if SUITE == "registration":
     import harness
     from testbed import torch_ops_packets
 
-    _library = torch_ops_packets.serve(torch_npu, torch_ops_packets.schemas_from(
-        (harness.torch_npu_dir("2.12.0") / "registered_schemas.txt").read_text().splitlines(),
-        ("npu_rotary_mul", "npu_rms_norm")))
+    _library = torch_ops_packets.serve_from_file(
+        torch_npu, harness.torch_npu_dir("2.12.0") / "registered_schemas.txt")
 
 import comfy_kitchen as ck  # noqa: E402
 from comfy_kitchen.registry import registry  # noqa: E402

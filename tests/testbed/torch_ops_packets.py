@@ -11,6 +11,8 @@ each calling the fake's own function.
 
 import torch
 
+ROPE_OPS = ("npu_rotary_mul", "npu_rms_norm")  # what upstream's ascend RoPE looks up
+
 
 def schemas_from(lines, names):
     """``{name: schema}`` for ``names`` out of a wheel's registered-schema lines."""
@@ -33,3 +35,9 @@ def serve(torch_npu, schemas, namespace="npu_real_schema"):
         library.impl(name, getattr(torch_npu, name), "CompositeExplicitAutograd")
         setattr(torch_npu, name, getattr(getattr(torch.ops, namespace), name))
     return library
+
+
+def serve_from_file(torch_npu, path, names=ROPE_OPS, namespace="npu_real_schema"):
+    """``serve`` the ops ``names`` with their schemas from a wheel's ``registered_schemas.txt`` at ``path``."""
+    with open(path) as schema_file:
+        return serve(torch_npu, schemas_from(schema_file.read().splitlines(), names), namespace)
