@@ -17,10 +17,20 @@ tensor is a wrapper subclass (:class:`NpuTensor`) whose metadata says
   Python bodies run on the npu wrappers, as they would on a real device.
 * Foreign tensor subclasses (kitchen's ``QuantizedTensor``) get
   ``NotImplemented`` so that their own ``__torch_dispatch__`` runs first.
-* ``cpu_fallback_ops()`` names ops that have "no NPU kernel": they still compute
-  and are logged, or raise when ``TORCH_NPU_FALLBACK_CPU_DISABLE=1``. As in
-  torch_npu, the first fallback of each op writes one c10 log line to fd 2; it
-  is not a Python warning.
+* The judge: once the fake torch_npu installs a real wheel's kernel registry
+  (:func:`install_registry`, testbed/npu_registry.py), each aten op is judged by
+  the dispatcher's rules: a registered NPU kernel runs on the card,
+  CompositeImplicitAutograd decomposes, a structured op needs its ``.out``
+  overload, CompositeExplicitAutograd runs on the card; anything else falls
+  back. A fallback still computes and is counted (:func:`cpu_fallbacks`), or
+  raises when ``TORCH_NPU_FALLBACK_CPU_DISABLE=1``; as in torch_npu, the first
+  fallback of each op writes one c10 log line to fd 2, not a Python warning.
+  ``cpu_fallback_ops()`` names ops forced to fall back on top (on the device
+  alone, without torch_npu, the only ones: ``aten::_int_mm``).
+* Calls outside torch_npu's documented dtype table (testbed/dtype_table.py) are
+  counted in :func:`dtype_findings`; results are unchanged.
+* Random ops on npu tensors draw from the card's default generator
+  (:func:`default_generator`), as with torch_npu's NPU generators.
 
 Nothing here imports ``torch_npu``; the fake ``torch_npu`` calls :func:`activate`
 and hands over its ``torch.npu`` module.
@@ -907,7 +917,11 @@ class _Generator(torch._C.Generator):
     generator that reports the npu device. Random ops on npu tensors run on
     their CPU data in ``_dispatch``, where a CPU generator is what the kernel
     takes. ComfyUI and comfy-kitchen create one per device for stochastic
-    rounding (a LoRA patched into int8 / fp8 weights).
+    rounding (a LoRA patched into int8 / fp8 weights); ComfyUI's ancestral/SDE
+    samplers draw their noise with one. What the bed cannot tell: a real NPU
+    generator is Philox (its sequences differ from the CPU's mt19937, and its
+    state is not the CPU's 5056 bytes), and a CPU op given an NPU generator
+    would be refused on a card but runs here.
     """
 
     def __new__(cls, device=None):
