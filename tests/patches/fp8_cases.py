@@ -281,6 +281,11 @@ def case_text_encoder():
     return result
 
 
+# run_forward_note: ComfyUI runs a model's forward under inference_mode (its executor), where
+# aten::linear reaches kitchen's QuantizedTensor whole; outside it a bias-free linear decomposes
+# and torch_npu's own aten::matmul kernel takes the product whole (kitchen dequantizes for matmul).
+
+
 def case_mixed_linear():
     """ComfyUI's own unit-test shape: convert_old_quants(metadata) + mixed_precision_ops({}).Linear."""
     layers = fp8_layers({"layer1": (WIDTH, IN), "layer3": (WIDTH, WIDTH)}, 20)
@@ -297,7 +302,8 @@ def case_mixed_linear():
     model.load_state_dict(sd, strict=False)
     model.to(DEVICE)
     x = torch.randn(4, IN, generator=torch.Generator().manual_seed(21))
-    out = model.layer3(model.layer1(x.to(ACTIVATIONS).to(DEVICE))).float().cpu()
+    with torch.inference_mode():  # the forward as a prompt runs it (see run_forward_note)
+        out = model.layer3(model.layer1(x.to(ACTIVATIONS).to(DEVICE))).float().cpu()
     ref = (x @ layers["layer1"][2].T) @ layers["layer3"][2].T
     return {"ok": True, "cos": cosine(out, ref), **device_summary(model)}
 
@@ -310,7 +316,8 @@ def case_mixed_linear_direct():
     layer.load_state_dict({"weight": q, "weight_scale": scale, "comfy_quant": conf}, strict=False)
     layer.to(DEVICE)
     x = torch.randn(4, IN, generator=torch.Generator().manual_seed(23))
-    out = layer(x.to(ACTIVATIONS).to(DEVICE)).float().cpu()
+    with torch.inference_mode():  # the forward as a prompt runs it (see run_forward_note)
+        out = layer(x.to(ACTIVATIONS).to(DEVICE)).float().cpu()
     return {"ok": True, "cos": cosine(out, x @ ref_weight.T), **device_summary(layer)}
 
 
@@ -331,7 +338,8 @@ def case_w4a8_layer():
     layer.load_state_dict(sd, strict=False)
     layer.to(DEVICE)
     x = torch.randn(4, WIDTH, generator=torch.Generator().manual_seed(51))
-    out = layer(x.to(ACTIVATIONS).to(DEVICE)).float().cpu()
+    with torch.inference_mode():  # the forward as a prompt runs it (see run_forward_note)
+        out = layer(x.to(ACTIVATIONS).to(DEVICE)).float().cpu()
     scale = layer.weight._params.scale
     where = "%s@%s" % (str(scale.dtype).replace("torch.", ""), scale.device.type)
     return {"ok": True, "cos": cosine(out, x @ reference.T), "s_rel": where, **device_summary(layer)}
