@@ -149,7 +149,11 @@ def run_layer(name):
         model.load_state_dict(sd, strict=False)
         model.to(DEVICE)
         _, x = weights()
-        out = model.layer(x.to(torch.bfloat16).to(DEVICE)).float().cpu()
+        # the forward as a prompt runs it, under inference_mode: there aten::linear reaches kitchen's
+        # QuantizedTensor whole; outside it a bias-free linear decomposes and torch_npu's own
+        # aten::matmul kernel takes the product whole (kitchen dequantizes for matmul)
+        with torch.inference_mode():
+            out = model.layer(x.to(torch.bfloat16).to(DEVICE)).float().cpu()
         ref = x @ reference.T
         result = {"cos": float(torch.nn.functional.cosine_similarity(out.flatten(), ref.flatten(), dim=0)),
                   "weights": storage_kinds(model)}
