@@ -10,7 +10,9 @@ runs twice on NPU tensors from the same noise:
 
 * ``kernels``: with the shim's kernels (the run must see no CPU fallback);
 * ``fallback``: without them, the ops computed on the CPU as torch_npu's
-  fallback does (counted).
+  fallback does (counted);
+* ``exact``: each solve done in float64, the reference for "the sampler's
+  own fp32 rounding" (what the fallback's fp32 LAPACK differs from it by).
 
 Samplers are ComfyUI's own (``comfy.samplers.sampler_object(name)``, as KSampler gets them),
 sigmas ComfyUI's own schedulers on an SD (EPS, discrete) and a Flux (CONST)
@@ -51,8 +53,10 @@ from testbed import npu_device  # noqa: E402
 from ascend_shim.aten import sampler_ops  # noqa: E402
 from ascend_shim.npu_math import linalg, special  # noqa: E402
 
-SAMPLERS = ("uni_pc", "uni_pc_bh2", "sa_solver", "sa_solver_pece")
-SCHEDULERS = ("karras", "normal", "simple")
+SAMPLERS = ("uni_pc", "uni_pc_bh2", "sa_solver", "sa_solver_pece", "sa_solver/order6")
+# SamplerSASolver's largest orders (its node allows 6): 6x6 Vandermonde systems
+# (model sampling, scheduler): SD's EPS and Flux's CONST sigmas, ComfyUI's usual schedulers
+SCHEDULES = (("sd", "karras"), ("flux", "simple"))
 SERVED = {"aten::_linalg_solve_ex", "aten::lgamma"}
 
 
@@ -101,19 +105,30 @@ def recording_lgamma(self):
 CURRENT = [None]
 
 
-def run(name, sampling, scheduler, device, record):
-    sigmas = comfy.samplers.calculate_sigmas(sampling, scheduler, OPTS.steps).float()
+def exact_solve(A, B, *args, **kwargs):
+    """The reference: each system solved in float64 on the CPU, handed back in the sampler's dtype."""
+    return _solve(A.cpu().double(), B.cpu().double(), *args, **kwargs).to(A.dtype).to(A.device)
+
+
+def run(name, sampling, scheduler, device, record=False, solve=None):
+    steps = OPTS.steps + (6 if name.endswith("order6") else 0)  # room for order 6 before the end lowers it
+    sigmas = comfy.samplers.calculate_sigmas(sampling, scheduler, steps).float()
     generator = torch.Generator().manual_seed(0)
     noise = torch.randn((1, 4, 8, 8), generator=generator) * sigmas[0]
-    extra = [torch.randn((1, 4, 8, 8), generator=generator) for _ in range(OPTS.steps + 2)]
+    extra = [torch.randn((1, 4, 8, 8), generator=generator) for _ in range(steps + 2)]
+    name, _, variant = name.partition("/")
     k = comfy.samplers.sampler_object(name)  # what KSampler uses
     options = dict(k.extra_options)
+    if variant == "order6":
+        options.update(predictor_order=6, corrector_order=6)
     if name.startswith("sa_solver"):
         step = iter(extra)
         options["noise_sampler"] = lambda s, t: next(step).to(device)
     CURRENT[0] = name
     if record:
         torch.linalg.solve, torch.Tensor.lgamma = recording_solve, recording_lgamma
+    if solve:
+        torch.linalg.solve = solve
     npu_device.reset_op_counts(enable=True)  # composite ops (linalg.solve) run as their decomposition
     try:
         with torch.inference_mode():
@@ -128,27 +143,28 @@ def run(name, sampling, scheduler, device, record):
 report = {"device": str(mm.get_torch_device()), "torch": torch.__version__, "runs": []}
 device = mm.get_torch_device()
 npu_device.set_cpu_fallback_ops(npu_device.cpu_fallback_ops() | SERVED)
-for family, sampling in (("sd", SD()), ("flux", Flux())):
-    for scheduler in SCHEDULERS:
-        for name in SAMPLERS:
-            entry = {"model": family, "scheduler": scheduler, "sampler": name}
-            sampler_ops.REGISTRATION.install()
-            sampler_ops.REGISTRATION.reset_calls()
-            npu_device.reset_cpu_fallbacks()
-            kernels = run(name, sampling, scheduler, device, record=True)
-            entry["kernels_fallbacks"] = dict(npu_device.cpu_fallbacks())
-            entry["kernel_calls"] = sampler_ops.REGISTRATION.report()["calls"]
-            sampler_ops.REGISTRATION.uninstall()
-            npu_device.reset_cpu_fallbacks()
-            fallback = run(name, sampling, scheduler, device, record=False)
-            entry["fallback_fallbacks"] = dict(npu_device.cpu_fallbacks())
-            cpu = run(name, sampling, scheduler, torch.device("cpu"), record=False)
-            scale = cpu.abs().max().item()
-            entry["finite"] = bool(torch.isfinite(kernels).all())
-            entry["max_abs_diff"] = (kernels - fallback).abs().max().item()
-            entry["fallback_vs_cpu"] = (fallback - cpu).abs().max().item()
-            entry["scale"] = scale
-            report["runs"].append(entry)
+SAMPLINGS = {"sd": SD(), "flux": Flux()}
+for family, scheduler in SCHEDULES:
+    sampling = SAMPLINGS[family]
+    for name in SAMPLERS:
+        entry = {"model": family, "scheduler": scheduler, "sampler": name}
+        sampler_ops.REGISTRATION.install()
+        sampler_ops.REGISTRATION.reset_calls()
+        npu_device.reset_cpu_fallbacks()
+        kernels = run(name, sampling, scheduler, device, record=True)
+        entry["kernels_fallbacks"] = dict(npu_device.cpu_fallbacks())
+        entry["kernel_calls"] = sampler_ops.REGISTRATION.report()["calls"]
+        sampler_ops.REGISTRATION.uninstall()
+        npu_device.reset_cpu_fallbacks()
+        fallback = run(name, sampling, scheduler, device)
+        entry["fallback_fallbacks"] = dict(npu_device.cpu_fallbacks())
+        exact = run(name, sampling, scheduler, device, solve=exact_solve)
+        entry["finite"] = bool(torch.isfinite(kernels).all())
+        entry["scale"] = exact.abs().max().item()
+        entry["kernels_vs_fallback"] = (kernels - fallback).abs().max().item()
+        entry["kernels_vs_exact"] = (kernels - exact).abs().max().item()
+        entry["fallback_vs_exact"] = (fallback - exact).abs().max().item()
+        report["runs"].append(entry)
 
 
 def solve_errors():
