@@ -178,3 +178,79 @@ class SamplerOpsRegistration:
 
 
 REGISTRATION = SamplerOpsRegistration()
+
+
+# -- the on-device check ``selftest`` reports ---------------------------------
+
+CHECK_NAME = "torch.linalg.solve and lgamma on the device (uni_pc, sa_solver) vs float64"
+UNIT_ROUNDING = 2.0 ** -24
+
+
+def sampler_systems() -> list:
+    """``(name, A, b)`` in float32 as ComfyUI 0.30's samplers build them, on a karras schedule.
+
+    uni_pc: ``R[i] = rks ** i`` with ``rks`` the lambda ratios and 1 (orders 2, 3);
+    sa_solver: the transposed Vandermonde of 1..6 consecutive half-log-SNRs.
+    """
+    ramp = torch.linspace(0, 1, 21, dtype=torch.float64)
+    low, high = 0.0292 ** (1 / 7), 14.6146 ** (1 / 7)
+    lambdas = -torch.log((high + ramp * (low - high)) ** 7)  # sigma_to_half_log_snr, EPS
+    systems = []
+    for n in range(1, 7):
+        window = lambdas[8:8 + n]
+        systems.append(("sa_solver vandermonde %dx%d" % (n, n),
+                        torch.vander(window, n, increasing=True).T, torch.linspace(0.5, 1.5, n, dtype=torch.float64)))
+    h = lambdas[11] - lambdas[10]
+    for order in (2, 3):
+        rks = torch.cat([(lambdas[10 - torch.arange(1, order)] - lambdas[10]) / h, torch.ones(1, dtype=torch.float64)])
+        R = torch.stack([rks ** i for i in range(order)])
+        systems.append(("uni_pc R %dx%d" % (order, order), R, torch.linspace(0.2, 0.7, order, dtype=torch.float64)))
+    return [(name, A.float(), b.float()) for name, A, b in systems]
+
+
+def device_check(device: Any) -> Dict[str, Any]:
+    """The ops as the samplers call them on ``device``, against float64 on the CPU.
+
+    Solve: the normwise relative error within ``n * u * cond_inf(A)`` (u = 2**-24);
+    a singular matrix raises ``torch.linalg.LinAlgError`` as on the CPU; lgamma of
+    1..6 (sa_solver's arguments) within 8 u of float64; no op left to the CPU
+    where the shim serves it.
+    """
+    failures = []
+    rows = []
+    for name, A, b in sampler_systems():
+        want = torch.linalg.solve(A.double(), b.double())
+        cond = float(torch.linalg.cond(A.double(), float("inf")))
+        try:
+            got = torch.linalg.solve(A.to(device), b.to(device)).cpu().double()
+        except Exception as exc:
+            failures.append("%s: torch.linalg.solve raised %s: %s" % (name, type(exc).__name__, exc))
+            continue
+        error = float((got - want).abs().max() / want.abs().max())
+        bound = A.shape[-1] * UNIT_ROUNDING * cond
+        rows.append({"system": name, "relative_error": error, "bound": bound})
+        if not error <= bound:
+            failures.append("%s: relative error %.3g exceeds n*u*cond = %.3g" % (name, error, bound))
+    singular = torch.tensor([[1.0, 2.0], [2.0, 4.0]])
+    try:
+        torch.linalg.solve(singular.to(device), torch.ones(2, device=device))
+        failures.append("a singular matrix gave a result instead of torch.linalg.LinAlgError")
+    except torch.linalg.LinAlgError:
+        pass
+    except Exception as exc:
+        failures.append("a singular matrix raised %s (the CPU raises LinAlgError): %s" % (type(exc).__name__, exc))
+    x = torch.arange(1, 7, dtype=torch.float32)
+    want_l = x.double().lgamma()
+    try:
+        got_l = x.to(device).lgamma().cpu().double()
+        lgamma_error = float(((got_l - want_l).abs() / want_l.abs().clamp_min(1)).max())
+    except Exception as exc:
+        failures.append("lgamma raised %s: %s" % (type(exc).__name__, exc))
+        lgamma_error = None
+    if lgamma_error is not None and not lgamma_error <= 8 * UNIT_ROUNDING:
+        failures.append("lgamma(1..6) off by %.3g (relative), more than 8 u" % lgamma_error)
+    served = "ascend_shim" if REGISTRATION.registered() else "torch_npu"
+    return {"name": CHECK_NAME, "served_by": served, "passed": not failures, "failures": failures,
+            "systems": rows, "lgamma_error": lgamma_error,
+            "calls": [{"call": "torch.linalg.solve", "arguments": {"A": "float32 2x2..6x6 on %s" % device}},
+                      {"call": "Tensor.lgamma", "arguments": {"self": "float32 1..6 on %s" % device}}]}
