@@ -73,7 +73,10 @@ def solve_ex(A: torch.Tensor, B: torch.Tensor, *, left: bool = True,
              check_errors: bool = False) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     """``aten::_linalg_solve_ex`` on the device: CPU's checks, results, strides and errors."""
     _same_device(A, B)
-    shapes = torch.ops.aten._linalg_solve_ex(_meta(A), _meta(B), left=left, check_errors=False)
+    try:
+        shapes = torch.ops.aten._linalg_solve_ex(_meta(A), _meta(B), left=left, check_errors=False)
+    except AssertionError as exc:  # torch's Python meta says "A is not a matrix" so; the CPU raises RuntimeError
+        raise RuntimeError(str(exc)) from None
     if A.dtype in _LOW_PRECISION:
         # the CPU's LU ("lu_cpu") has no half kernel: torch_npu's fallback raised this, so does the shim
         raise NotImplementedError("\"lu_cpu\" not implemented for '%s'" % _LOW_PRECISION[A.dtype])
