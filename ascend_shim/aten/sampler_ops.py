@@ -255,5 +255,5 @@ def device_check(device: Any) -> Dict[str, Any]:
     served = "ascend_shim" if REGISTRATION.registered() else "torch_npu"
     return {"name": CHECK_NAME, "served_by": served, "passed": not failures, "failures": failures,
             "systems": rows, "lgamma_error": lgamma_error,
-            "calls": [{"call": "torch.linalg.solve", "arguments": {"A": "float32 2x2..6x6 on %s" % device}},
+            "calls": [{"call": "torch.linalg.solve", "arguments": {"A": "float32 1x1..6x6 on %s" % device}},
                       {"call": "Tensor.lgamma", "arguments": {"self": "float32 1..6 on %s" % device}}]}
