@@ -23,12 +23,14 @@ import harness
 CASES = harness.TESTS / "e2e" / "workflow_cases.py"
 COMFYUI = "0.30.0"
 KITCHEN = "0.2.27"
-STAGES = ("minimax", "flux", "wan", "samplers")
+STAGES = ("minimax", "flux", "zimage", "wan", "samplers")
+MODEL_STAGES = STAGES[:-1]
 
 pytestmark = pytest.mark.skipif(not harness.torch_available(), reason="torch is not installed")
 
 LEGS = {
-    "cpu": dict(machine="cpu", args=["--reference"], flags=["--cpu"], env={"ASCEND_SHIM": "0"}),
+    # --fp32-text-enc: ComfyUI keeps CLIP-L and T5 in fp16 otherwise, even on the CPU
+    "cpu": dict(machine="cpu", args=["--reference"], flags=["--cpu", "--fp32-text-enc"], env={"ASCEND_SHIM": "0"}),
     "shim": dict(machine="ascend-cu130", args=["--device"], flags=[], env={}),
 }
 
@@ -44,9 +46,14 @@ BOUNDS = {
     # with ASCEND_SHIM=0 gives the same bits): ComfyUI's own device path, not the shim's
     ("minimax", "audio"): 0.998,
     ("minimax", "audio_vae_alone"): 0.998,
+    # CLIP-L in fp16 and T5 in bf16 on the NPU (ComfyUI's text-encoder dtypes), fp32 on the CPU
+    ("flux", "t5xxl"): 0.999,
+    ("flux", "clip_l_pooled"): 0.999,
     ("flux", "latent"): 0.999,
     ("flux", "image"): 0.999,
     ("flux", "vae_alone"): 0.999,
+    ("zimage", "latent"): 0.999,
+    ("zimage", "image"): 0.999,
     ("wan", "frames"): 0.999,
     # bf16 frames re-encoded in bf16: two bf16 passes (0.99798 measured)
     ("wan", "latent"): 0.997,
@@ -55,7 +62,7 @@ BOUNDS = {
 SAMPLER_BOUND = 0.999
 # ComfyUI's default dtypes on the NPU (what the shim leaves alone)
 VAE_DTYPES = {("minimax", "video_vae"): "torch.float16", ("minimax", "audio_vae"): "torch.float32",
-              ("flux", "vae"): "torch.bfloat16", ("wan", "vae"): "torch.bfloat16"}
+              ("flux", "vae"): "torch.bfloat16", ("zimage", "vae"): "torch.bfloat16", ("wan", "vae"): "torch.bfloat16"}
 
 
 @pytest.fixture(scope="module")
@@ -106,7 +113,7 @@ def test_stage_completes_with_finite_outputs(leg, name, stage):
         assert all(entry["finite"].values()), entry["finite"]
 
 
-@pytest.mark.parametrize("stage", STAGES[:3])
+@pytest.mark.parametrize("stage", MODEL_STAGES)
 def test_stage_runs_on_the_npu(leg, stage):
     """Every model of the stage sits on the NPU, no float8 there, no op on the CPU, no torch_npu error."""
     report = leg("shim")
@@ -124,17 +131,33 @@ def test_stage_runs_on_the_npu(leg, stage):
 def test_comfyui_builds_each_model_in_its_default_dtype(leg):
     """The DiTs compute in bf16 on the NPU, the VAEs in the dtype ComfyUI picks from their working dtypes."""
     shim, cpu = leg("shim"), leg("cpu")
-    for stage in ("minimax", "flux"):
-        assert finished(shim, stage)["model"]["compute_dtype"] == "torch.bfloat16"
-        assert finished(cpu, stage)["model"]["compute_dtype"] == "torch.float32"
-    assert finished(shim, "minimax")["model"]["config"] == "MiniMaxH3"
-    assert finished(shim, "flux")["model"]["config"] == "Flux"
+    for stage, config in (("minimax", "MiniMaxH3"), ("flux", "Flux"), ("zimage", "ZImage")):
+        assert finished(shim, stage)["model"] == {"config": config, "compute_dtype": "torch.bfloat16"}
+        assert finished(cpu, stage)["model"] == {"config": config, "compute_dtype": "torch.float32"}
     classes = {("minimax", "video_vae"): "MiniMaxH3VideoVAE", ("minimax", "audio_vae"): "MiniMaxH3AudioVAE",
-               ("flux", "vae"): "AutoencodingEngine", ("wan", "vae"): "WanVAE"}
+               ("flux", "vae"): "AutoencodingEngine", ("zimage", "vae"): "AutoencodingEngine", ("wan", "vae"): "WanVAE"}
     for (stage, vae), dtype in VAE_DTYPES.items():
         built = finished(shim, stage)["vaes"][vae]
         assert (built["class"], built["vae_dtype"], built["device"]) == (classes[stage, vae], dtype, "npu:0"), built
         assert finished(cpu, stage)["vaes"][vae]["vae_dtype"] == "torch.float32"
+
+
+def test_flux_conditions_on_comfyuis_clip_l_and_t5(leg):
+    """DualCLIPLoader's load_clip(CLIPType.FLUX) builds ComfyUI's CLIP-L and T5 from the two files."""
+    for name in ("cpu", "shim"):
+        built = finished(leg(name), "flux")["text_encoders"]
+        print("%s: %s" % (name, built))
+        assert (built["clip_l"]["class"], built["t5xxl"]["class"]) == ("CLIPTextModel", "T5")
+    assert finished(leg("cpu"), "flux")["shapes"]["t5xxl"] == [1, 256, 64]  # T5's 256-token minimum
+
+
+def test_zimage_is_detected_and_attends_through_kitchens_rms_rope(leg):
+    """ComfyUI detects Z-Image (its modulation, equal q and kv heads) and calls ck.rms_rope in every block."""
+    for name in ("cpu", "shim"):
+        entry = finished(leg(name), "zimage")
+        assert entry["unet_config"]["z_image_modulation"] and entry["unet_config"]["n_heads"] == 2
+        # 2 noise-refiner, 2 context-refiner and 2 main blocks, one call each per step
+        assert entry["ck_rms_rope_calls"] == 6 * 3, entry
 
 
 @pytest.mark.parametrize("stage, part", sorted(BOUNDS))

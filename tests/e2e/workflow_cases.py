@@ -75,6 +75,7 @@ import comfy.options  # noqa: E402
 
 comfy.options.enable_args_parsing()
 import comfy.model_management as mm  # noqa: E402
+import comfy.quant_ops  # noqa: E402
 import torch  # noqa: E402
 
 import comfy.sample  # noqa: E402
@@ -87,6 +88,7 @@ from comfy.quant_ops import QuantizedTensor  # noqa: E402
 from comfy_extras.nodes_lt import LTXVSeparateAVLatent  # noqa: E402
 from comfy_extras.nodes_lt_audio import LTXVAudioVAEDecode  # noqa: E402
 
+import tiny_flux_text_encoders as flux_text  # noqa: E402
 import tiny_models as models  # noqa: E402  (beside this script)
 import tiny_text_encoder as text_encoder  # noqa: E402
 import tiny_vaes as vaes  # noqa: E402
@@ -134,6 +136,7 @@ def counters():
 
         out["fallbacks"] = dict(npu_device.cpu_fallbacks())
         out["errors"] = [list(e) for e in torch_npu._testbed.errors][:5]
+        out["npu_ops"] = {op: n for op, n in sorted(torch_npu._testbed.calls.items()) if n}  # torch_npu's own ops
         findings = getattr(npu_device, "dtype_findings", None)  # the judged bed's dtype-table records
         out["dtype_findings"] = None if findings is None else {
             "%s %s" % tuple(key) if isinstance(key, tuple) else str(key): n for key, n in findings().items()}
@@ -213,9 +216,11 @@ def save(name, state_dict, dtype_name=FILE_DTYPE):
     return path_of(name)
 
 
-def load_vae(name, state_dict):
-    """What the VAELoader node does with a file."""
-    sd, metadata = comfy.utils.load_torch_file(save(name, state_dict), return_metadata=True)
+def load_vae(name, make_state_dict):
+    """What the VAELoader node does with a file (written once per run)."""
+    if not os.path.exists(path_of(name)):
+        save(name, make_state_dict())
+    sd, metadata = comfy.utils.load_torch_file(path_of(name), return_metadata=True)
     vae = comfy.sd.VAE(sd=sd, metadata=metadata)
     vae.throw_exception_if_invalid()
     return vae
@@ -289,12 +294,12 @@ def minimax():
         video_latent, audio_latent = LTXVSeparateAVLatent.execute({"samples": av_latent}).result
         stage.entry["stage"] = "video vae"
         vaes.model_minimax_vaes_at_tiny_width()
-        video_vae = load_vae("minimax_video_vae", vaes.minimax_video_vae())
+        video_vae = load_vae("minimax_video_vae", vaes.minimax_video_vae)
         video = vae_decode(stage, "video_vae", video_vae, video_latent)
         video_alone = vae_decode(stage, "video_vae", video_vae, {"samples": seeded(*video_latent["samples"].shape)})
         mm.unload_all_models()
         stage.entry["stage"] = "audio vae"
-        audio_vae = load_vae("minimax_audio_vae", vaes.minimax_audio_vae())
+        audio_vae = load_vae("minimax_audio_vae", vaes.minimax_audio_vae)
         stage.entry["vaes"]["audio_vae"] = vaes.describe(audio_vae)
         (audio,) = LTXVAudioVAEDecode.execute(audio_latent, audio_vae).result
         (audio_alone,) = LTXVAudioVAEDecode.execute({"samples": seeded(*audio_latent["samples"].shape)},
@@ -308,24 +313,77 @@ def minimax():
 def flux():
     spec = models.FluxSpec(seed=0)
     with Stage("flux") as stage:
+        stage.entry["stage"] = "text encoders"
+        clip_l, t5xxl = flux_text.state_dicts()
+        clip = comfy.sd.load_clip([save("clip_l", clip_l), save("t5xxl", t5xxl)], clip_type=comfy.sd.CLIPType.FLUX,
+                                  model_options=flux_text.model_options())
+        stage.entry["text_encoders"] = {
+            name: {"class": type(encoder.transformer).__name__,
+                   "weight_dtypes": sorted({str(p.dtype) for p in encoder.transformer.parameters()})}
+            for name, encoder in (("clip_l", clip.cond_stage_model.clip_l), ("t5xxl", clip.cond_stage_model.t5xxl))}
+        positive, negative = flux_text.encode(clip)
+        stage.seen("text_encoders", clip.cond_stage_model)
+        stage.outputs.update(t5xxl=positive[0][0], clip_l_pooled=positive[0][1]["pooled_output"])
+        del clip
+        mm.unload_all_models()
         stage.entry["stage"] = "dit"
         patcher = load_dit(spec, spec.build())
-        positive, negative = spec.conditioning(7)
         latent, noise = ksampler(stage, patcher, spec.latent(), positive, negative)
         del patcher
         mm.unload_all_models()
         stage.entry["stage"] = "vae"
-        vae = load_vae("flux_vae", vaes.flux_vae())
+        vae = load_vae("flux_vae", vaes.flux_vae)
         image = vae_decode(stage, "vae", vae, {"samples": latent})
         image_alone = vae_decode(stage, "vae", vae, {"samples": seeded(*latent.shape)})
         mm.unload_all_models()
         stage.outputs.update(latent=flat(latent) - flat(noise), image=image, vae_alone=image_alone)
 
 
+def zimage():
+    spec = models.ZImageSpec(seed=0)
+    spec.model_z_image_at_tiny_width()
+    with Stage("zimage") as stage:
+        stage.entry["stage"] = "dit"
+        patcher = load_dit(spec, spec.build())
+        stage.entry["unet_config"] = {k: v for k, v in patcher.model.model_config.unet_config.items()
+                                      if isinstance(v, (int, float, str, bool))}
+        positive, negative = spec.conditioning(7)
+        rope = count_calls(comfy.quant_ops.ck, "rms_rope")
+        try:
+            latent, noise = ksampler(stage, patcher, spec.latent(), positive, negative)
+        finally:
+            stage.entry["ck_rms_rope_calls"] = rope.stop()
+        del patcher
+        mm.unload_all_models()
+        stage.entry["stage"] = "vae"
+        vae = load_vae("flux_vae", vaes.flux_vae)  # Z-Image decodes with Flux's ae.safetensors
+        image = vae_decode(stage, "vae", vae, {"samples": latent})
+        mm.unload_all_models()
+        stage.outputs.update(latent=flat(latent) - flat(noise), image=image)
+
+
+class count_calls:
+    """Count the calls of ``owner.name`` (a module's function) until ``stop()``."""
+
+    def __init__(self, owner, name):
+        self.owner, self.name, self.calls = owner, name, 0
+        self.original = getattr(owner, name)
+
+        def counted(*args, **kwargs):
+            self.calls += 1
+            return self.original(*args, **kwargs)
+
+        setattr(owner, name, counted)
+
+    def stop(self):
+        setattr(self.owner, self.name, self.original)
+        return self.calls
+
+
 def wan():
     with Stage("wan") as stage:
         latent = seeded(1, 16, 2, 8, 8)  # 5 frames of 64x64
-        vae = load_vae("wan21_vae", vaes.wan21_vae())
+        vae = load_vae("wan21_vae", vaes.wan21_vae)
         frames = vae_decode(stage, "vae", vae, {"samples": latent})
         stage.entry["stage"] = "encode"
         (encoded,) = nodes.VAEEncode().encode(vae, frames)
@@ -367,7 +425,7 @@ def samplers():
         mm.unload_all_models()
 
 
-STAGES = {"minimax": minimax, "flux": flux, "wan": wan, "samplers": samplers}
+STAGES = {"minimax": minimax, "flux": flux, "zimage": zimage, "wan": wan, "samplers": samplers}
 for name in OPTS.stages.split(","):
     STAGES[name]()
 if machine is not None:
