@@ -16,9 +16,9 @@ stage's bound. The sampler stage runs every sampler and scheduler of
 """
 
 import pytest
-import torch
 
 import harness
+from workflow_table import cosine, outputs
 
 CASES = harness.TESTS / "e2e" / "workflow_cases.py"
 COMFYUI = "0.30.0"
@@ -86,14 +86,6 @@ def leg(bed_python, tmp_path_factory):
         return done[name]
 
     return run
-
-
-def cosine(a, b):
-    return float(torch.nn.functional.cosine_similarity(a.flatten().double(), b.flatten().double(), dim=0))
-
-
-def outputs(report, stage):
-    return torch.load(report["out"] / ("%s.pt" % stage))
 
 
 def finished(report, stage):

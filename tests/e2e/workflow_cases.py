@@ -127,6 +127,8 @@ def reset_counters():
 
         torch_npu._testbed.reset()
         npu_device.reset_cpu_fallbacks()
+        if hasattr(npu_device, "reset_dtype_findings"):  # a bed that judges by the dtype table
+            npu_device.reset_dtype_findings()
 
 
 def counters():
@@ -137,9 +139,10 @@ def counters():
         out["fallbacks"] = dict(npu_device.cpu_fallbacks())
         out["errors"] = [list(e) for e in torch_npu._testbed.errors][:5]
         out["npu_ops"] = {op: n for op, n in sorted(torch_npu._testbed.calls.items()) if n}  # torch_npu's own ops
-        findings = getattr(npu_device, "dtype_findings", None)  # the judged bed's dtype-table records
+        # calls outside torch_npu's documented dtype table: (op, dtype) -> count; None: the bed has no table
+        findings = getattr(npu_device, "dtype_findings", None)
         out["dtype_findings"] = None if findings is None else {
-            "%s %s" % tuple(key) if isinstance(key, tuple) else str(key): n for key, n in findings().items()}
+            "%s %s" % key: n for key, n in sorted(findings().items())}
     return out
 
 
