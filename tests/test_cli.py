@@ -14,6 +14,7 @@ import harness
 
 # "reports": the names of the sections the patches declare (int8 ... cpu_fallbacks)
 STATUS_KEYS = {"shim", "patches", "reports", "int8", "w4a8", "rope", "int_mm", "fp8", "attention", "cpu_fallbacks",
+               "sampler_ops",
                "startup", "machine", "imports", "kitchen_in_use"}
 # what status shows of each patch (the engine may report more)
 PATCH_KEYS = {"name", "target", "summary", "state", "reason", "late", "in_place", "version",
@@ -50,7 +51,8 @@ def test_quick_start_status_without_torch(no_torch_python, tmp_path):
 
     data = as_json(cli(no_torch_python, ["status", "--json"], tmp_path, harness.scrubbed_env()))
     assert set(data) == STATUS_KEYS
-    assert sorted(data["reports"]) == ["attention", "cpu_fallbacks", "fp8", "int8", "int_mm", "rope", "w4a8"]
+    assert sorted(data["reports"]) == ["attention", "cpu_fallbacks", "fp8", "int8", "int_mm", "rope", "sampler_ops",
+                                       "w4a8"]
     assert all(PATCH_KEYS <= set(row) for row in data["patches"])
     pending = [row for row in data["patches"] if row["state"] == "pending"]
     assert pending and all(row["waiting_for"] and row["shown_state"] == "inert" for row in pending)
@@ -85,6 +87,19 @@ def test_status_on_the_npu_names_the_machine_and_the_next_step(bed_python, tmp_p
             if line.split()[:2] and line.split()[1:2] == ["torch_npu"]}
     # status imported torch_npu to see the machine: its patches decided, and the table says so
     assert rows["int_mm"] == "applied" and rows["cpu_fallbacks"] == "applied", rows
+    assert rows["sampler_ops"] == "applied", rows
+
+
+def test_status_names_the_ops_served_instead_of_torch_npus_fallback(bed_python, tmp_path):
+    env = harness.bed_env("ascend-cu130")
+    data = as_json(cli(bed_python, ["status", "--json"], tmp_path, env))
+    served = ["aten::_linalg_solve_ex", "aten::lgamma", "aten::lgamma_"]
+    assert data["sampler_ops"]["registered"] == served, data["sampler_ops"]
+    text = " ".join(cli(bed_python, ["status"], tmp_path, env).stdout.split())
+    assert ("served on the NPU by the shim instead of torch_npu's CPU fallback: aten::_linalg_solve_ex "
+            "(0 calls), aten::lgamma (0 calls), aten::lgamma_ (0 calls)") in text, text
+    off = harness.bed_env("ascend-cu130", ASCEND_SHIM_DISABLE="sampler_ops")
+    assert as_json(cli(bed_python, ["status", "--json"], tmp_path, off))["sampler_ops"] is None
 
 
 @pytest.mark.parametrize("int32_output, path, why", [

@@ -88,6 +88,17 @@ def attention_lines(attention):
     return lines
 
 
+def sampler_ops_lines(ops):
+    """The ops the shim serves on the NPU in place of torch_npu's CPU fallback (aten/sampler_ops)."""
+    if not ops:
+        return []
+    if not ops.get("registered"):
+        return [fill("linalg.solve / lgamma on the NPU (uni_pc, sa_solver): %s" % ops.get("note"), 2)]
+    calls = ops.get("calls") or {}
+    served = ", ".join("%s (%d calls)" % (op, calls.get(op, 0)) for op in ops["registered"])
+    return [fill("served on the NPU by the shim instead of torch_npu's CPU fallback: %s" % served, 2)]
+
+
 def fallback_lines(data, seen):
     from ascend_shim.engine.fallback_report import status_lines
 
@@ -100,5 +111,6 @@ RENDERED = (  # (declared sections, their lines), in the order shown
     (("rope",), lambda data, rope: rope_lines(rope)),
     (("fp8",), lambda data, fp8: fp8_line(fp8)),
     (("attention",), lambda data, attention: attention_lines(attention)),
+    (("sampler_ops",), lambda data, ops: sampler_ops_lines(ops)),
     (("cpu_fallbacks",), fallback_lines),
 )

@@ -7,6 +7,8 @@
 * W4A8 (kitchen 0.2.27+): ``w4a8_int8_linear`` as registration binds it to
   the INT8 backend (``w4a8.bound_to``): int4 codes decoded to int8 on the
   device bit-exact, its quant calls, the layer against float64;
+* ``torch.linalg.solve`` and ``lgamma`` as uni_pc and sa_solver call them: the shim's
+  kernels (``aten/sampler_ops``) against float64 within their stated bounds;
 * fp8: the host-side decode (``npu_math.fp8.decode``) of all 256 codes of
   each float8 format, exact against the value of its bit fields.
 
@@ -158,6 +160,16 @@ def fp8_checks(device: torch.device, backend: Int8Backend) -> list[dict]:
     return results
 
 
+def sampler_ops_checks(device: torch.device, backend: Int8Backend) -> list[dict]:
+    """``torch.linalg.solve`` and ``lgamma`` as uni_pc / sa_solver call them (kernels registered as the patch does)."""
+    from ascend_shim.aten import sampler_ops
+
+    if not sampler_ops.REGISTRATION.registered() and sampler_ops.REGISTRATION.served_elsewhere() is None:
+        sampler_ops.REGISTRATION.install()  # what the sampler_ops patch does when torch_npu loads
+    return [sampler_ops.device_check(device)]
+
+
 # each returns the results of one more device path; empty when this shim lacks it
 EXTRA_CHECKS: tuple[Callable[[torch.device, Int8Backend], list[dict]], ...] = (
-    int_mm_checks, w4a8_checks, fp8_checks)
+    int_mm_checks, w4a8_checks, fp8_checks, sampler_ops_checks)
+
