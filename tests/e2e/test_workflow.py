@@ -212,6 +212,19 @@ def test_every_sampler_and_scheduler_matches_the_cpu_reference(leg):
     assert below == {}
 
 
+def test_uni_pc_and_sa_solver_solve_on_the_shims_npu_kernels(leg):
+    """torch_npu 2.12.0 has no NPU kernel for torch.linalg.solve (aten::_linalg_solve_ex) or lgamma:
+    the shim's kernels (aten/sampler_ops) serve them instead of the CPU fallback (uni_pc solves from its
+    second-order steps on: once in 3 steps; sa_solver every step)."""
+    runs = finished(leg("shim"), "samplers")["runs"]
+    for sampler in ("uni_pc", "uni_pc_bh2", "sa_solver", "sa_solver_pece"):
+        served = runs["%s/simple" % sampler]["counters"].get("shim_kernels", {})
+        print("%s: %s" % (sampler, served))
+        assert served.get("aten::_linalg_solve_ex", 0) >= 1, (sampler, served)
+    assert runs["sa_solver/simple"]["counters"]["shim_kernels"].get("aten::lgamma", 0) > 0
+    assert runs["euler/simple"]["counters"]["shim_kernels"] == {}
+
+
 def test_device_noise_samplers_are_the_stochastic_ones(leg):
     """The exception above names exactly the samplers whose noise comes from the NPU."""
     runs = finished(leg("shim"), "samplers")["runs"]

@@ -120,6 +120,9 @@ class RecordingGenerator(torch.Generator):
 torch.Generator = RecordingGenerator
 
 
+SAMPLER_OPS = "ascend_shim.aten.sampler_ops"  # the shim's own NPU kernels for ops torch_npu lacks
+
+
 def reset_counters():
     RecordingGenerator.devices.clear()
     if on_npu:
@@ -127,6 +130,8 @@ def reset_counters():
 
         torch_npu._testbed.reset()
         npu_device.reset_cpu_fallbacks()
+        if SAMPLER_OPS in sys.modules:
+            sys.modules[SAMPLER_OPS].REGISTRATION.reset_calls()
         if hasattr(npu_device, "reset_dtype_findings"):  # a bed that judges by the dtype table
             npu_device.reset_dtype_findings()
 
@@ -139,6 +144,8 @@ def counters():
         out["fallbacks"] = dict(npu_device.cpu_fallbacks())
         out["errors"] = [list(e) for e in torch_npu._testbed.errors][:5]
         out["npu_ops"] = {op: n for op, n in sorted(torch_npu._testbed.calls.items()) if n}  # torch_npu's own ops
+        if SAMPLER_OPS in sys.modules:  # e.g. aten::_linalg_solve_ex for uni_pc
+            out["shim_kernels"] = sys.modules[SAMPLER_OPS].REGISTRATION.report()["calls"]
         # calls outside torch_npu's documented dtype table: (op, dtype) -> count; None: the bed has no table
         findings = getattr(npu_device, "dtype_findings", None)
         out["dtype_findings"] = None if findings is None else {
