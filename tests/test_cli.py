@@ -223,6 +223,10 @@ def test_selftest_and_bench_end_to_end_on_the_bed(bed_python, tmp_path):
     assert bench.returncode == 0
     assert data["npu"] is True and len(data["rows"]) == 4
     assert all(row["int8_ms"] > 0 and row["bf16_ms"] > 0 for row in data["rows"])
+    ops = [row["op"] for row in data["sampler_ops"]]
+    assert ops == ["linalg.solve sa_solver vandermonde 4x4", "linalg.solve sa_solver vandermonde 6x6",
+                   "linalg.solve uni_pc R 3x3", "lgamma 1..6 (sa_solver)"]
+    assert all(row["shim_ms"] > 0 and row["host_ms"] > 0 and row["max_diff"] < 1e-4 for row in data["sampler_ops"])
     # the _int_mm kernel's two arithmetics, side by side, agreeing bit for bit
     assert [(r["M"], r["K"], r["N"]) for r in data["int_mm"]] == [(16, 3840, 3840), (16, 3840, 10240)]
     assert all(r["fp32_chunks_ms"] > 0 and r["int8_cube_ms"] > 0 and r["equal"] for r in data["int_mm"])

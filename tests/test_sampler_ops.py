@@ -139,6 +139,20 @@ class _Checks:
         assert type(raised(lambda: ints.npu().lgamma_())) is type(raised(lambda: ints.clone().lgamma_()))
         assert nd.cpu_fallbacks() == {}
 
+    def test_a_device_failure_is_told_apart_from_bad_input(self, monkeypatch):
+        from ascend_shim.npu_math import linalg, special
+
+        def device_fails(*args, **kwargs):
+            raise RuntimeError("aclnnAmax failed: EZ9999")
+
+        monkeypatch.setattr(linalg, "solve_ex", device_fails)
+        monkeypatch.setattr(special, "lgamma", device_fails)
+        for call in (lambda: torch.linalg.solve(torch.eye(2).npu(), torch.ones(2).npu()),
+                     lambda: torch.ones(2).npu().lgamma()):
+            with pytest.raises(RuntimeError, match="operands are valid.*EZ9999"):
+                call()
+        assert nd.cpu_fallbacks() == {}
+
     def test_mixed_devices_refused(self):
         with pytest.raises(RuntimeError, match="same device"):
             torch.ops.aten._linalg_solve_ex(torch.randn(2, 2).npu(), torch.randn(2))

@@ -29,6 +29,7 @@ from typing import Any, Callable, Dict, Tuple
 
 import torch
 
+from ascend_shim.engine.npu import is_out_of_memory
 from ascend_shim.npu_math import linalg, special
 
 DISPATCH_KEY = "PrivateUse1"
@@ -69,6 +70,18 @@ def _shaped(value: torch.Tensor, like: torch.Tensor, device: Any) -> torch.Tenso
     return out
 
 
+def _on_device(op: str, compute: Callable[[], Any]) -> Any:
+    """``compute()``; a device failure (not out of memory) says it was not the caller's input."""
+    try:
+        return compute()
+    except RuntimeError as exc:
+        if is_out_of_memory(exc):
+            raise
+        raise RuntimeError("ascend_shim: the NPU could not compute %s (the operands are valid; "
+                           "ASCEND_SHIM_DISABLE=sampler_ops leaves it to torch_npu's CPU fallback): %s"
+                           % (_qualified(op), exc)) from exc
+
+
 def solve_ex(A: torch.Tensor, B: torch.Tensor, *, left: bool = True,
              check_errors: bool = False) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     """``aten::_linalg_solve_ex`` on the device: CPU's checks, results, strides and errors."""
@@ -80,7 +93,7 @@ def solve_ex(A: torch.Tensor, B: torch.Tensor, *, left: bool = True,
     if A.dtype in _LOW_PRECISION:
         # the CPU's LU ("lu_cpu") has no half kernel: torch_npu's fallback raised this, so does the shim
         raise NotImplementedError("\"lu_cpu\" not implemented for '%s'" % _LOW_PRECISION[A.dtype])
-    result, LU, pivots, info = linalg.solve_ex(A, B, left)
+    result, LU, pivots, info = _on_device(SOLVE, lambda: linalg.solve_ex(A, B, left))
     info = info.contiguous()
     if check_errors:
         torch.ops.aten._linalg_check_errors(info, "torch.linalg.solve_ex", is_matrix=A.dim() == 2)
@@ -94,7 +107,7 @@ def _lgamma_values(x: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
     if x.is_complex():
         raise NotImplementedError("\"lgamma\" not implemented for '%s'" % _COMPLEX.get(x.dtype, x.dtype))
     compute = torch.float64 if dtype == torch.float64 else torch.float32
-    return special.lgamma(x.to(compute)).to(dtype)
+    return _on_device(LGAMMA, lambda: special.lgamma(x.to(compute)).to(dtype))
 
 
 def lgamma(x: torch.Tensor) -> torch.Tensor:
@@ -255,5 +268,5 @@ def device_check(device: Any) -> Dict[str, Any]:
     served = "ascend_shim" if REGISTRATION.registered() else "torch_npu"
     return {"name": CHECK_NAME, "served_by": served, "passed": not failures, "failures": failures,
             "systems": rows, "lgamma_error": lgamma_error,
-            "calls": [{"call": "torch.linalg.solve", "arguments": {"A": "float32 2x2..6x6 on %s" % device}},
+            "calls": [{"call": "torch.linalg.solve", "arguments": {"A": "float32 1x1..6x6 on %s" % device}},
                       {"call": "Tensor.lgamma", "arguments": {"self": "float32 1..6 on %s" % device}}]}

@@ -7,7 +7,9 @@ GEMMs over K-chunks, and says whether they agree bit for bit.
 It also times npu_quant_matmul alone with the INT8 weight as its
 ``.t()`` view (what the shim passes), contiguous, and cast to FRACTAL_NZ
 (``npu_format_cast(w, 29)``, vllm-ascend's default), side by side: nothing
-changes by default, the table is for a user to measure and paste. Last,
+changes by default, the table is for a user to measure and paste. Then
+uni_pc's and sa_solver's ``linalg.solve`` and ``lgamma`` through the shim's
+kernels beside the host round trip torch_npu's CPU fallback makes. Last,
 comfy-kitchen's eager RoPE against the shim's fused one (``bench_rope``).
 
 Layer shapes follow the real layers measured in comfy-kitchen PR #153
@@ -191,8 +193,43 @@ def run(m_values: List[int], repeat: int, warmup: int, setup: Optional[Tuple[Any
             rows.append(row)
             work_done += m * k * n
     paths = int_mm_paths(torch, device, ops, sync, warmup, repeat, min(m_values)) if on_device else []
+    sampler = sampler_ops_rows(torch, device, sync, warmup, repeat) if on_device else []
     return {"npu": on_device, "reason": reason, "emulated": emulated, "repeat": repeat,
-            "warmup": warmup, "rows": rows, "int_mm": paths}
+            "warmup": warmup, "rows": rows, "int_mm": paths, "sampler_ops": sampler}
+
+
+def sampler_ops_rows(torch: Any, device: Any, sync: Callable[[], Any], warmup: int,
+                     repeat: int) -> List[Dict[str, Any]]:
+    """uni_pc's / sa_solver's solve and lgamma: the shim's kernel on the device beside what torch_npu's
+    CPU fallback does instead (to the host, the CPU kernel, back), and their largest difference."""
+    from ascend_shim.aten import sampler_ops
+
+    rows: List[Dict[str, Any]] = []
+    for name, A, b in sampler_ops.sampler_systems():
+        if name not in ("uni_pc R 3x3", "sa_solver vandermonde 4x4", "sa_solver vandermonde 6x6"):
+            continue
+        dA, db = A.to(device), b.to(device)
+        rows.append({"op": "linalg.solve " + name,
+                     "shim_ms": _median_ms(lambda: sampler_ops.solve_ex(dA, db)[0], sync, warmup, repeat),
+                     "host_ms": _median_ms(lambda: torch.linalg.solve(dA.cpu(), db.cpu()).to(device), sync,
+                                           warmup, repeat),
+                     "max_diff": float((sampler_ops.solve_ex(dA, db)[0].cpu() - torch.linalg.solve(A, b)).abs().max())})
+    x = torch.arange(1, 7, dtype=torch.float32)
+    dx = x.to(device)
+    rows.append({"op": "lgamma 1..6 (sa_solver)",
+                 "shim_ms": _median_ms(lambda: sampler_ops.lgamma(dx), sync, warmup, repeat),
+                 "host_ms": _median_ms(lambda: dx.cpu().lgamma().to(device), sync, warmup, repeat),
+                 "max_diff": float((sampler_ops.lgamma(dx).cpu() - x.lgamma()).abs().max())})
+    return rows
+
+
+def _print_sampler_ops_table(rows: List[Dict[str, Any]], emulated: Optional[str]) -> None:
+    print("")
+    print("| sampler op | shim kernel ms | host round trip (torch_npu's fallback) ms | max |diff| vs CPU |")
+    print("|---|---:|---:|---:|")
+    for r in rows:
+        print("| %s | %.3f | %.3f%s | %.3g |" % (r["op"], r["shim_ms"], r["host_ms"],
+                                               " (emulated)" if emulated else "", r["max_diff"]))
 
 
 # _int_mm (K, N) as comfy-kitchen's eager INT8 linear issues them (weight as a .t() view), at the
@@ -302,6 +339,8 @@ def _print_device_table(result: Dict[str, Any]) -> None:
             r["layer"], r["M"], r["K"], r["N"], r["bf16_ms"], r["int8_ms"], r["speedup"]))
     if result.get("int_mm"):
         _print_int_mm_table(result["int_mm"], emulated)
+    if result.get("sampler_ops"):
+        _print_sampler_ops_table(result["sampler_ops"], emulated)
     print("median of %d run%s after %d warm-up, %s" % (
         result["repeat"], "" if result["repeat"] == 1 else "s", result["warmup"],
         "on the emulated device (not an NPU)" if emulated else "device synchronised"))

@@ -43,32 +43,55 @@ def _magnitude(x: torch.Tensor) -> torch.Tensor:
     return x.abs()
 
 
-def _swap_rows(M: torch.Tensor, j: int, p: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
+class _Steps:
+    """Each elimination step's masks, made once per call: taking step j's is a view, not a kernel.
+
+    ``[j, i]`` / ``[j, i, k]`` index step j, row i, column k.
+    """
+
+    def __init__(self, n: int, device: torch.device) -> None:
+        rows = torch.arange(n, device=device)
+        self.n, self.rows = n, rows
+        self.none = torch.full_like(rows, n)
+        self.candidate = rows[None, :] >= rows[:, None]  # i >= j
+        below = rows[None, :] > rows[:, None]  # i > j
+        diagonal = rows[None, :] == rows[:, None]
+        self.below, self.at = below[:, :, None], diagonal[:, :, None]
+        self.above = (rows[None, :] < rows[:, None])[:, :, None]
+        self.column = below[:, :, None] & diagonal[:, None, :]  # i > j, k == j
+        self.trailing = below[:, :, None] & below[:, None, :]  # i > j, k > j
+
+
+def _swap_rows(M: torch.Tensor, j: int, p: torch.Tensor, steps: _Steps) -> torch.Tensor:
     """Rows ``j`` and ``p`` (one index per batch matrix, shape ``M.shape[:-2]``) exchanged."""
     width = M.shape[-1]
     index = p[..., None, None].expand(*p.shape, 1, width)
     row_p = torch.gather(M, -2, index)
     row_j = M[..., j:j + 1, :]
-    at_p = rows[:, None] == p[..., None, None]
-    at_j = rows[:, None] == j
-    return torch.where(at_p, row_j, torch.where(at_j, row_p, M))
+    at_p = steps.rows[:, None] == p[..., None, None]
+    return torch.where(at_p, row_j, torch.where(steps.at[j], row_p, M))
 
 
-def _pivot_rows(mag: torch.Tensor, j: int, rows: torch.Tensor) -> torch.Tensor:
+def _pivot_rows(mag: torch.Tensor, j: int, steps: _Steps, below_all: torch.Tensor) -> torch.Tensor:
     """Per matrix, the row (``>= j``) of the first NaN, else the first of largest magnitude.
 
     A NaN pivot makes the rest NaN, as the CPU's (OpenBLAS) elimination does; the
     first index among ties, whatever the backend's argmax does with them.
     """
-    n = rows.shape[0]
-    candidate = rows >= j
+    candidate, rows, none = steps.candidate[j], steps.rows, steps.none
     nan = torch.isnan(mag)
-    none = torch.full_like(rows, n)
     first_nan = torch.amin(torch.where(candidate & nan, rows, none), dim=-1)
-    mag = torch.where(candidate & ~nan, mag, torch.full_like(mag, -1))
+    mag = torch.where(candidate & ~nan, mag, below_all)
     best = torch.amax(mag, dim=-1, keepdim=True)
     first_max = torch.amin(torch.where(candidate & (mag == best), rows, none), dim=-1)
-    return torch.where(first_nan < n, first_nan, first_max)
+    return torch.where(first_nan < steps.n, first_nan, first_max)
+
+
+def _first_zero(zero: list, steps: _Steps) -> torch.Tensor:
+    """``info``: the 1-based step of the first exactly-zero pivot per matrix, else 0."""
+    flags = torch.stack(zero, dim=-1)
+    first = torch.amin(torch.where(flags, steps.rows + 1, steps.none + 1), dim=-1)
+    return torch.where(first > steps.n, torch.zeros_like(first), first).to(torch.int32)
 
 
 def lu_factor(A: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -79,27 +102,24 @@ def lu_factor(A: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor
     """
     n = A.shape[-1]
     batch = A.shape[:-2]
-    rows = torch.arange(n, device=A.device)
-    info = torch.zeros(batch, dtype=torch.int32, device=A.device)
+    if n == 0:
+        empty = torch.zeros(batch + (0,), dtype=torch.int32, device=A.device)
+        return A, empty, torch.zeros(batch, dtype=torch.int32, device=A.device)
+    steps = _Steps(n, A.device)
+    below_all = torch.full(batch + (n,), -1, dtype=_magnitude(A[..., :1, :1]).dtype, device=A.device)
     M = A
-    pivots = []
+    pivots, zero = [], []
     for j in range(n):
-        p = _pivot_rows(_magnitude(M[..., :, j]), j, rows)
-        M = _swap_rows(M, j, p, rows)
+        p = _pivot_rows(_magnitude(M[..., :, j]), j, steps, below_all)
+        M = _swap_rows(M, j, p, steps)
         pivots.append(p)
-        pivot = M[..., j, j]
-        nonzero = pivot != 0
-        info = torch.where((info == 0) & ~nonzero, torch.full_like(info, j + 1), info)
-        below = rows[:, None] > j
-        column = below & (rows[None, :] == j) & nonzero[..., None, None]
-        M = torch.where(column, M / pivot[..., None, None], M)
-        trailing = below & (rows[None, :] > j)
-        M = torch.where(trailing, M - M[..., :, j:j + 1] * M[..., j:j + 1, :], M)
-    if pivots:
-        piv = (torch.stack(pivots, dim=-1) + 1).to(torch.int32)
-    else:
-        piv = torch.zeros(batch + (0,), dtype=torch.int32, device=A.device)
-    return M, piv, info
+        pivot = M[..., j:j + 1, j:j + 1]
+        zero.append(pivot[..., 0, 0] == 0)
+        # LAPACK scales the column only below a nonzero pivot; the update runs either way
+        M = torch.where(steps.column[j] & (pivot != 0), M / pivot, M)
+        M = torch.where(steps.trailing[j], M - M[..., :, j:j + 1] * M[..., j:j + 1, :], M)
+    piv = (torch.stack(pivots, dim=-1) + 1).to(torch.int32)
+    return M, piv, _first_zero(zero, steps)
 
 
 def _conj(x: torch.Tensor) -> torch.Tensor:
@@ -113,29 +133,30 @@ def lu_solve(LU: torch.Tensor, pivots: torch.Tensor, B: torch.Tensor, adjoint: b
     """
     batch = torch.broadcast_shapes(LU.shape[:-2], B.shape[:-2])
     n, k = B.shape[-2], B.shape[-1]
+    X = B.expand(*batch, n, k)
+    if n == 0:
+        return X
     LU = LU.expand(*batch, n, n)
     pivots = pivots.expand(*batch, n).to(torch.int64) - 1
-    X = B.expand(*batch, n, k)
-    rows = torch.arange(n, device=B.device)
-    col = rows[:, None]
+    steps = _Steps(n, B.device)
     if not adjoint:
         for j in range(n):  # X = P B
-            X = _swap_rows(X, j, pivots[..., j], rows)
+            X = _swap_rows(X, j, pivots[..., j], steps)
         for j in range(n):  # L y = P B, L unit lower
-            X = torch.where(col > j, X - LU[..., :, j:j + 1] * X[..., j:j + 1, :], X)
+            X = torch.where(steps.below[j], X - LU[..., :, j:j + 1] * X[..., j:j + 1, :], X)
         for j in reversed(range(n)):  # U x = y
-            X = torch.where(col == j, X / LU[..., :, j:j + 1], X)
-            X = torch.where(col < j, X - LU[..., :, j:j + 1] * X[..., j:j + 1, :], X)
+            X = torch.where(steps.at[j], X / LU[..., :, j:j + 1], X)
+            X = torch.where(steps.above[j], X - LU[..., :, j:j + 1] * X[..., j:j + 1, :], X)
         return X
     for j in range(n):  # U^H z = B, lower with diagonal conj(U_jj)
         u_row = _conj(LU[..., j:j + 1, :]).mT  # column j of U^H
-        X = torch.where(col == j, X / u_row, X)
-        X = torch.where(col > j, X - u_row * X[..., j:j + 1, :], X)
+        X = torch.where(steps.at[j], X / u_row, X)
+        X = torch.where(steps.below[j], X - u_row * X[..., j:j + 1, :], X)
     for j in reversed(range(n)):  # L^H w = z, unit upper
         l_row = _conj(LU[..., j:j + 1, :]).mT  # column j of L^H
-        X = torch.where(col < j, X - l_row * X[..., j:j + 1, :], X)
+        X = torch.where(steps.above[j], X - l_row * X[..., j:j + 1, :], X)
     for j in reversed(range(n)):  # x = P^T w: the swaps undone in reverse order
-        X = _swap_rows(X, j, pivots[..., j], rows)
+        X = _swap_rows(X, j, pivots[..., j], steps)
     return X
 
 
