@@ -58,6 +58,8 @@ def rows(device: dict, reference: dict) -> list[dict]:
             row["runs"] = len(entry["runs"])
             row["fallbacks_by_run"] = {k: e["counters"].get("fallbacks") for k, e in entry["runs"].items()
                                        if e["counters"].get("fallbacks")}
+            row["shim_kernels"] = {k.split("/")[0]: e["counters"]["shim_kernels"] for k, e in entry["runs"].items()
+                                   if e["counters"].get("shim_kernels")}
         else:
             row["fallbacks"] = entry["counters"].get("fallbacks")
             row["dtype_findings"] = entry["counters"].get("dtype_findings")
@@ -86,6 +88,9 @@ def markdown(table: list[dict]) -> str:
         fallbacks = _counts(row["fallbacks"]) if row["fallbacks"] is not None else "not counted"
         if row.get("fallbacks_by_run"):
             fallbacks = "; ".join("%s: %s" % (k.split("/")[0], _counts(v)) for k, v in row["fallbacks_by_run"].items())
+        if row.get("shim_kernels"):  # ops torch_npu lacks, served by the shim's own NPU kernels
+            fallbacks += " (on the shim's NPU kernels: %s)" % "; ".join(
+                "%s %s" % (sampler, _counts(ops)) for sampler, ops in row["shim_kernels"].items())
         lines.append("| %s | %s | %s | %s | %.1f / %.1f |" % (
             NAMES.get(row["stage"], row["stage"]), fallbacks, _counts(row["dtype_findings"]), row["cosine"],
             row["seconds"], row["reference_seconds"] or 0))
