@@ -16,7 +16,8 @@ def cosine(a: torch.Tensor, b: torch.Tensor) -> float:
 
 
 def outputs(report: dict, stage: str) -> dict:
-    return torch.load(report["out"] / ("%s.pt" % stage))
+    path = report["out"] / ("%s.pt" % stage)
+    return torch.load(path) if path.exists() else {}
 
 
 def _counts(counter: dict | None) -> str:
@@ -42,7 +43,8 @@ def rows(device: dict, reference: dict) -> list[dict]:
         row = {"stage": stage, "seconds": entry.get("seconds"),
                "reference_seconds": reference["stages"].get(stage, {}).get("seconds"),
                "error": entry.get("error")}
-        if entry.get("stage") != "done":
+        if entry.get("stage") != "done" or not (device["out"] / ("%s.pt" % stage)).exists():
+            row["error"] = row["error"] or "no output"
             out.append(row)
             continue
         mine, ref = outputs(device, stage), outputs(reference, stage)
@@ -50,11 +52,15 @@ def rows(device: dict, reference: dict) -> list[dict]:
             runs = entry["runs"].values()
             row["fallbacks"] = _merged(runs, "fallbacks")
             row["dtype_findings"] = _merged(runs, "dtype_findings")
-            deterministic = {k: cosine(mine[k], ref[k]) for k, e in entry["runs"].items() if not e["device_noise"]}
-            noisy = [k.split("/")[0] for k, e in entry["runs"].items() if e["device_noise"]]
-            worst = min(deterministic, key=deterministic.get)
+            deterministic = {k: cosine(mine[k], ref[k]) for k, e in entry["runs"].items()
+                             if not e.get("device_noise") and k in mine and k in ref}
+            noisy = [k.split("/")[0] for k, e in entry["runs"].items() if e.get("device_noise")]
+            failed = ["%s: %s" % (k, e.get("error")) for k, e in entry["runs"].items() if e.get("stage") != "done"]
+            worst = min(deterministic, key=deterministic.get) if deterministic else None
             row["cosine"] = "min %.6f (%s) over %d runs; %d device-noise samplers not compared" % (
-                deterministic[worst], worst, len(deterministic), len(noisy))
+                deterministic[worst], worst, len(deterministic), len(noisy)) if worst else "no run compared"
+            if failed:
+                row["cosine"] += "; %d runs failed (%s)" % (len(failed), failed[0])
             row["runs"] = len(entry["runs"])
             row["fallbacks_by_run"] = {k: e["counters"].get("fallbacks") for k, e in entry["runs"].items()
                                        if e["counters"].get("fallbacks")}
@@ -63,7 +69,7 @@ def rows(device: dict, reference: dict) -> list[dict]:
         else:
             row["fallbacks"] = entry["counters"].get("fallbacks")
             row["dtype_findings"] = entry["counters"].get("dtype_findings")
-            row["cosine"] = ", ".join("%s %.6f" % (part, cosine(mine[part], ref[part])) for part in mine)
+            row["cosine"] = ", ".join("%s %.6f" % (part, cosine(mine[part], ref[part])) for part in mine if part in ref)
         out.append(row)
     return out
 
