@@ -1,6 +1,6 @@
 """Whole ComfyUI workflows, stage by stage, on a real ComfyUI tree, in a fresh interpreter.
 
-    python workflow_cases.py <comfyui-dir> <out-dir> --reference|--device [--stages minimax,flux,wan,samplers]
+    python workflow_cases.py <comfyui-dir> <out-dir> --reference|--device [--stages minimax,flux,zimage,wan,samplers]
                              [-- <ComfyUI flags>]
 
 Each stage runs what a user's workflow runs, with ComfyUI's own loaders and
@@ -43,7 +43,7 @@ parser.add_argument("out_dir")
 mode = parser.add_mutually_exclusive_group(required=True)
 mode.add_argument("--reference", action="store_true", help="fp32 files and DiTs (the CPU reference)")
 mode.add_argument("--device", action="store_true", help="bf16 files, ComfyUI's default dtypes")
-parser.add_argument("--stages", default="minimax,flux,wan,samplers")
+parser.add_argument("--stages", default="minimax,flux,zimage,wan,samplers")
 parser.add_argument("--steps", type=int, default=3)
 split = sys.argv.index("--") if "--" in sys.argv else len(sys.argv)
 OPTS = parser.parse_args(sys.argv[1:split])
@@ -132,8 +132,7 @@ def reset_counters():
         npu_device.reset_cpu_fallbacks()
         if SAMPLER_OPS in sys.modules:
             sys.modules[SAMPLER_OPS].REGISTRATION.reset_calls()
-        if hasattr(npu_device, "reset_dtype_findings"):  # a bed that judges by the dtype table
-            npu_device.reset_dtype_findings()
+        npu_device.reset_dtype_findings()
 
 
 def counters():
@@ -146,10 +145,8 @@ def counters():
         out["npu_ops"] = {op: n for op, n in sorted(torch_npu._testbed.calls.items()) if n}  # torch_npu's own ops
         if SAMPLER_OPS in sys.modules:  # e.g. aten::_linalg_solve_ex for uni_pc
             out["shim_kernels"] = sys.modules[SAMPLER_OPS].REGISTRATION.report()["calls"]
-        # calls outside torch_npu's documented dtype table: (op, dtype) -> count; None: the bed has no table
-        findings = getattr(npu_device, "dtype_findings", None)
-        out["dtype_findings"] = None if findings is None else {
-            "%s %s" % key: n for key, n in sorted(findings().items())}
+        # calls outside torch_npu's documented dtype table (testbed/dtype_table.py): "op dtype" -> count
+        out["dtype_findings"] = {"%s %s" % key: n for key, n in sorted(npu_device.dtype_findings().items())}
     return out
 
 
@@ -185,7 +182,10 @@ def entry_is_stage(stage):
 
 
 class Stage:
-    """One stage: timed, its counters taken, its outputs saved; an error ends it, not the run."""
+    """One stage: timed, its counters taken, its outputs saved; an error ends it, not the run.
+
+    It runs under ``torch.inference_mode()``, as ComfyUI's executor runs a whole prompt (loaders,
+    encoders, samplers, decoders): composite ops reach the device whole there."""
 
     def __init__(self, name, entry=None):
         self.name = name
@@ -193,11 +193,14 @@ class Stage:
         self.outputs = {}
 
     def __enter__(self):
+        self.inference = torch.inference_mode()
+        self.inference.__enter__()
         reset_counters()
         self.started = time.monotonic()
         return self
 
     def __exit__(self, kind, exc, tb):
+        self.inference.__exit__(None, None, None)
         self.entry["seconds"] = round(time.monotonic() - self.started, 2)
         self.entry["counters"] = counters()
         if exc is not None:
