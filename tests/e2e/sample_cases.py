@@ -130,6 +130,7 @@ def reset_counters():
 
         torch_npu._testbed.reset()
         npu_device.reset_cpu_fallbacks()
+        npu_device.reset_dtype_findings()
     if ACCOUNT in sys.modules:
         sys.modules[ACCOUNT].take_prompt_line()  # a new "prompt": the account's per-prompt count restarts
 
@@ -145,7 +146,9 @@ def counters():
             "attention_line": account.take_prompt_line() if account else None,
             "quant_matmul": torch_npu._testbed.calls["npu_quant_matmul"],
             "dynamic_quant": torch_npu._testbed.calls["npu_dynamic_quant"],
-            "errors": [list(e) for e in torch_npu._testbed.errors][:5]}
+            "errors": [list(e) for e in torch_npu._testbed.errors][:5],
+            # calls outside torch_npu's documented dtype table (testbed/dtype_table.py): "silu/bfloat16"
+            "dtype_findings": {"%s/%s" % key: n for key, n in sorted(npu_device.dtype_findings().items())}}
 
 
 def tensors_of(module):
