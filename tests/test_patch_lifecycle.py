@@ -16,9 +16,9 @@ target needs:
 
 A patch whose target the bed cannot provide, or whose change cannot be
 re-imported, is listed below with the reason, never dropped. A patch with a
-``remove`` of its own whose change none of these observes (``int_mm``'s
-dispatcher registration) is held here to apply and remove cleanly; what it
-changes is checked by its own tests.
+``remove`` of its own whose change none of these observes (``int_mm``'s and
+``sampler_ops``' dispatcher registrations) is held here to apply and remove
+cleanly; what it changes is checked by its own tests.
 """
 
 import json
