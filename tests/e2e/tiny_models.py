@@ -202,3 +202,68 @@ def lora_for(master: dict, spec, seed: int, rank: int = 4) -> dict:
             lora[base + ".lora_up.weight"] = torch.randn(out_features, rank, generator=gen) * 0.5
             lora[base + ".alpha"] = torch.tensor(float(rank))
     return lora
+
+
+class ZImageSpec:
+    """Z-Image (Lumina 2's NextDiT with Z-Image's modulation), the PR's model: its attention calls
+    comfy-kitchen's ``ck.rms_rope`` (q/k RMSNorm + RoPE, equal q and kv heads).
+
+    ComfyUI's detection gives Z-Image's settings only at its real width (``dim`` 3840, 30 heads):
+    ``model_z_image_at_tiny_width`` makes ComfyUI, in this interpreter, take the tiny width for
+    Z-Image (its detection fills Z-Image's settings at 2 heads of the real head size 128, and
+    ``supported_models.ZImage`` matches that width), as ``tiny_text_encoder`` does for the encoder.
+    Test code only.
+    """
+
+    name = "zimage"
+    width = 256
+    z_image = dict(n_heads=2, n_kv_heads=2, axes_dims=[32, 48, 48], axes_lens=[1536, 512, 512], rope_theta=256.0,
+                   ffn_dim_multiplier=8.0 / 3.0, z_image_modulation=True, time_scale=1000.0, pad_tokens_multiple=32)
+    config = dict(image_model="lumina2", patch_size=2, in_channels=16, dim=width, cap_feat_dim=64, n_layers=2,
+                  qk_norm=True, **z_image)
+
+    def __init__(self, seed: int = 0):
+        self.seed = seed
+
+    @classmethod
+    def model_z_image_at_tiny_width(cls) -> None:
+        import comfy.model_detection
+        import comfy.supported_models
+
+        detect = comfy.model_detection.detect_unet_config
+        if getattr(detect, "tiny_z_image", False):
+            return
+
+        def detect_unet_config(state_dict, key_prefix, *args, **kwargs):
+            config = detect(state_dict, key_prefix, *args, **kwargs)
+            if config and config.get("image_model") == "lumina2" and config.get("dim") == cls.width:
+                config.update(cls.z_image)
+            return config
+
+        detect_unet_config.tiny_z_image = True
+        comfy.model_detection.detect_unet_config = detect_unet_config
+        comfy.supported_models.ZImage.unet_config = dict(comfy.supported_models.ZImage.unet_config, dim=cls.width)
+
+    def build(self) -> dict:
+        import comfy.ldm.lumina.model
+        import comfy.ops
+
+        with torch.device("meta"):
+            model = comfy.ldm.lumina.model.NextDiT(dtype=torch.float32, operations=comfy.ops.disable_weight_init,
+                                                   **self.config)
+        return _fill(model, self.seed, self.is_modulation, 0)
+
+    @staticmethod
+    def is_modulation(key: str) -> bool:
+        return "adaLN_modulation" in key
+
+    def quantized(self, key: str, t: torch.Tensor) -> bool:
+        return False
+
+    def latent(self) -> torch.Tensor:
+        return torch.zeros(1, 16, 16, 16)
+
+    def conditioning(self, seed: int):
+        gen = torch.Generator().manual_seed(seed + 100)
+        cond = torch.randn(1, 12, self.config["cap_feat_dim"], generator=gen)
+        return [[cond, {}]], [[torch.zeros_like(cond), {}]]
