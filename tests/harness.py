@@ -289,6 +289,53 @@ def torch_npu_dir(version):
     return target
 
 
+# what the simulated machine's judge reads from each wheel (tests/testbed/npu_registry.py):
+# the codegen registry torch_npu builds its NPU kernels from, and every NUL-delimited string of
+# libtorch_npu.so shaped like an aten overload name (``add.Tensor``, ``silu_``: the names its
+# ``m.impl`` calls register). A cache folder of its own, beside ``torch_npu/<version>``.
+TORCH_NPU_REGISTRY_KEY = "torch_npu_registry"
+TORCH_NPU_CODEGEN_YAML = "torch_npu/csrc/aten/npu_native_functions_by_codegen.yaml"
+_REGISTRATION_NAME = rb"(?<=\x00)[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z0-9_]+)?(?=\x00)"
+
+
+def torch_npu_registry(version):
+    """The folder the simulated machine reads torch_npu ``version``'s NPU kernel registry from.
+
+    ``npu_native_functions_by_codegen.yaml`` (as in the wheel), ``registration_names.txt``
+    (the op-name strings of ``libtorch_npu.so``, one a line) and ``WHEEL_NAME``; about
+    300 KB, kept in ``.cache/torch_npu_registry/<version>``. The wheel is downloaded once.
+    """
+    import re
+    import zipfile
+
+    target = CACHE / TORCH_NPU_REGISTRY_KEY / version
+    done = target / "WHEEL_NAME"
+    if done.exists():
+        return target
+    download = CACHE / TORCH_NPU_REGISTRY_KEY / (".download-%s-%d" % (version, os.getpid()))
+    shutil.rmtree(download, ignore_errors=True)
+    run([sys.executable, "-m", "pip", "download", "-q", "--no-deps", "--only-binary=:all:",
+         "--python-version", "3.13", "--implementation", "cp", "--abi", "cp313",
+         "--platform", "manylinux_2_28_x86_64", "-d", str(download), "torch-npu==%s" % version],
+        scrubbed_env(), REPO, check=True, timeout=900)
+    (wheel,) = download.glob("torch_npu-*.whl")
+    partial = download / "unpacked"
+    partial.mkdir()
+    with zipfile.ZipFile(wheel) as archive:
+        (partial / Path(TORCH_NPU_CODEGEN_YAML).name).write_bytes(archive.read(TORCH_NPU_CODEGEN_YAML))
+        names = {name for name in re.findall(_REGISTRATION_NAME, archive.read("torch_npu/lib/libtorch_npu.so"))
+                 if len(name) <= 80 and not name.startswith(b"_Z")}  # not a mangled C++ symbol
+    (partial / "registration_names.txt").write_text("".join(n.decode() + "\n" for n in sorted(names)))
+    (partial / "WHEEL_NAME").write_text(wheel.name + "\n")
+    try:
+        os.replace(partial, target)  # atomic: a parallel worker may have won
+    except OSError:
+        if not done.exists():
+            raise
+    shutil.rmtree(download, ignore_errors=True)
+    return target
+
+
 def _function_body(source, name):
     """The text of top-level ``def name`` in ``source`` ("" when there is none)."""
     match = re.search(r"^def %s\(.*?(?=^\S)" % re.escape(name), source + "\n.", re.S | re.M)
@@ -381,6 +428,8 @@ def bed_env(machine="ascend-cu130", comfy=None, kitchen=None, extra_path=(), **e
 
     comfy    a ComfyUI tree's path (harness.comfyui_dir), or the name of the
              fake under tests/testbed/comfy_fakes; kitchen  a comfy-kitchen version
+    An ascend machine judges ops by torch_npu 2.12.0's registry unless ``extra`` names
+    another ``TESTBED_TORCH_NPU_REGISTRY`` (``str(torch_npu_registry("2.14.0"))``).
     """
     path = [str(BOOT), str(TESTS)]
     if comfy:
@@ -391,6 +440,9 @@ def bed_env(machine="ascend-cu130", comfy=None, kitchen=None, extra_path=(), **e
     env = scrubbed_env(PYTHONPATH=os.pathsep.join(path), **extra)
     if machine:
         env["ASCEND_TESTBED"] = machine
+    if machine and machine.startswith("ascend") and "TESTBED_TORCH_NPU_REGISTRY" not in env:
+        # the real wheel's kernel registry the simulated NPU judges every op by (the users' 2.12.0)
+        env["TESTBED_TORCH_NPU_REGISTRY"] = str(torch_npu_registry(TORCH_NPU_VERSIONS[0]))
     return env
 
 

@@ -92,8 +92,9 @@ for version in harness.COMFYUI_VERSIONS:
     if harness.comfyui_kitchen(version):  # the comfy-kitchen each release pins
         harness.kitchen_dir(harness.comfyui_kitchen(version))
 harness.pytest_asyncio_dir()
-for version in harness.TORCH_NPU_VERSIONS:  # real torch_npu schemas
+for version in harness.TORCH_NPU_VERSIONS:  # real torch_npu schemas and kernel registries
     harness.torch_npu_dir(version)
+    harness.torch_npu_registry(version)
 for python in harness.pyenv_pythons().values():
     harness.wheelhouse_for(python)
 print("comfy-kitchen releases:", ", ".join(harness.KITCHEN_VERSIONS))

@@ -101,6 +101,11 @@ def subprocess_env(kind: str | None, env: dict | None = None, pythonpath=()) -> 
         if kind not in KINDS:
             raise ValueError(f"unknown machine kind {kind!r}")
         out["ASCEND_TESTBED"] = kind
+        if kind.startswith("ascend-"):
+            # the folder of the torch_npu registry the child's NPU judges ops by
+            from testbed import npu_registry
+
+            out.setdefault(npu_registry.ENV, npu_registry.folder())
     return out
 
 

@@ -17,10 +17,20 @@ tensor is a wrapper subclass (:class:`NpuTensor`) whose metadata says
   Python bodies run on the npu wrappers, as they would on a real device.
 * Foreign tensor subclasses (kitchen's ``QuantizedTensor``) get
   ``NotImplemented`` so that their own ``__torch_dispatch__`` runs first.
-* ``cpu_fallback_ops()`` names ops that have "no NPU kernel": they still compute
-  and are logged, or raise when ``TORCH_NPU_FALLBACK_CPU_DISABLE=1``. As in
-  torch_npu, the first fallback of each op writes one c10 log line to fd 2; it
-  is not a Python warning.
+* The judge: once the fake torch_npu installs a real wheel's kernel registry
+  (:func:`install_registry`, testbed/npu_registry.py), each aten op is judged by
+  the dispatcher's rules: a registered NPU kernel runs on the card,
+  CompositeImplicitAutograd decomposes, a structured op needs its ``.out``
+  overload, CompositeExplicitAutograd runs on the card; anything else falls
+  back. A fallback still computes and is counted (:func:`cpu_fallbacks`), or
+  raises when ``TORCH_NPU_FALLBACK_CPU_DISABLE=1``; as in torch_npu, the first
+  fallback of each op writes one c10 log line to fd 2, not a Python warning.
+  ``cpu_fallback_ops()`` names ops forced to fall back on top (on the device
+  alone, without torch_npu, the only ones: ``aten::_int_mm``).
+* Calls outside torch_npu's documented dtype table (testbed/dtype_table.py) are
+  counted in :func:`dtype_findings`; results are unchanged.
+* Random ops on npu tensors draw from the card's default generator
+  (:func:`default_generator`), as with torch_npu's NPU generators.
 
 Nothing here imports ``torch_npu``; the fake ``torch_npu`` calls :func:`activate`
 and hands over its ``torch.npu`` module.
@@ -41,6 +51,9 @@ import torch
 from torch.utils._mode_utils import no_dispatch
 from torch.utils._pytree import tree_flatten, tree_map
 
+from testbed import dtype_table as _dtype_table
+from testbed import npu_registry as _reg
+
 __all__ = [
     "NpuTensor",
     "activate",
@@ -59,6 +72,11 @@ __all__ = [
     "cpu_fallback_ops",
     "set_cpu_fallback_ops",
     "DEFAULT_CPU_FALLBACK_OPS",
+    "install_registry",
+    "registry",
+    "dtype_findings",
+    "reset_dtype_findings",
+    "default_generator",
     "memory_allocated",
     "max_memory_allocated",
     "reset_peak_memory_stats",
@@ -96,7 +114,8 @@ _BED_KERNELS = frozenset(
 # bed rounds their inputs *and* results to 10 mantissa bits: on a 910B an
 # int8 matmul computed in HF32 gives wrong int32 results, which rounding
 # int8-valued inputs alone would never show.
-_MATMUL_OPS = frozenset({"aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm", "aten::addbmm"})
+# (torch_npu registers ``matmul`` itself, so it reaches the backend whole)
+_MATMUL_OPS = frozenset({"aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm", "aten::addbmm", "aten::matmul"})
 _HF32_DROPPED_BITS = 23 - 10
 _ATEN_NAMESPACES = frozenset({"aten", "prims", "prim", "debugprims"})
 
@@ -114,6 +133,13 @@ _fallback_log: collections.Counter = collections.Counter()
 _fallback_warned: set = set()
 _op_counts: collections.Counter = collections.Counter()
 _count_ops = False
+# The judge (install_registry): a real torch_npu's kernel registry, the bed's own kernels for it,
+# each op's verdict, and the (op, dtype) calls outside torch_npu's documented dtype table.
+_registry = None
+_registry_kernels: dict = {}  # "aten::add.Tensor" -> torch.library key ("aten/add.Tensor/PrivateUse1")
+_verdicts: dict = {}  # OpOverload -> (verdict, detail)
+_dtype_findings: collections.Counter = collections.Counter()
+_watching = threading.local()  # .depth > 0: inside a watched op's own pieces
 
 # Live bytes per device, keyed by the CPU StorageImpl (tracked via weakref on the
 # storage object, which torch keeps alive exactly as long as the StorageImpl).
@@ -368,15 +394,83 @@ def reset_peak_memory_stats(device=None) -> None:
 
 
 def cpu_fallback_ops() -> frozenset:
+    """Ops that fall back whatever the registry says (``aten::_int_mm`` on the device alone)."""
     return frozenset(_fallback_ops)
 
 
 def set_cpu_fallback_ops(ops) -> frozenset:
-    """Replace the set of aten ops that 'have no NPU kernel'; returns the old set."""
+    """Replace the set of aten ops forced to 'have no NPU kernel'; returns the old set.
+
+    Without a registry (the device alone) these are the only fallbacks; with one
+    (torch_npu imported) they fall back on top of the ops the registry lacks."""
     old = frozenset(_fallback_ops)
     _fallback_ops.clear()
     _fallback_ops.update(ops)
     return old
+
+
+def install_registry(reg) -> int:
+    """Judge every aten op as torch_npu ``reg`` (an ``npu_registry.Registry``) does; returns how
+    many PrivateUse1 kernels the bed registered for it.
+
+    Like the real package's import, this registers a PrivateUse1 kernel for each overload the
+    wheel registers, so ``torch._C._dispatch_has_kernel_for_dispatch_key("aten::X", "PrivateUse1")``
+    answers as on a card. Each kernel is the simulation (the op runs on the CPU data). Overloads
+    that already have one (the bed's factories, the fake's SDPA) keep theirs. Once per process.
+    """
+    global _registry
+    with _lock:
+        if _registry is not None:
+            if _registry.folder != reg.folder:
+                raise RuntimeError("this process already models the torch_npu registry in %s" % _registry.folder)
+            return len(_registry_kernels)
+        lib = torch.library.Library("aten", "IMPL")
+        for name in sorted(reg.kernels):
+            if torch._C._dispatch_has_kernel_for_dispatch_key(name, "PrivateUse1"):
+                continue
+            short = name.split("::", 1)[1]
+            lib.impl(short, _registry_kernel(name), "PrivateUse1")
+            _registry_kernels[name] = "aten/%s/PrivateUse1" % short
+        # torch.library lists Python registrations so that a second one raises (torch 2.12) and
+        # _has_foreign_name can tell an override; torch_npu's are C++, listed nowhere
+        torch.library._impls.difference_update(lib._op_impls)
+        lib._op_impls.clear()
+        _libs.append(lib)
+        _verdicts.clear()
+        _registry = reg
+        return len(_registry_kernels)
+
+
+def registry():
+    """The ``npu_registry.Registry`` this machine judges by (None: the device alone)."""
+    return _registry
+
+
+def _registry_kernel(name: str):
+    overload = []
+
+    def kernel(*args, **kwargs):
+        # reached for factories (no npu tensor in: BackendSelect picks PrivateUse1) and below
+        # the Python key; npu tensors arrive in NpuTensor.__torch_dispatch__ first
+        if not overload:
+            base, _, overload_name = name.split("::", 1)[1].partition(".")
+            overload.append(getattr(getattr(torch.ops.aten, base), overload_name or "default"))
+        return _dispatch(overload[0], args, kwargs)
+
+    kernel.__name__ = kernel.__qualname__ = "testbed_npu_kernel"
+    return kernel
+
+
+def dtype_findings() -> collections.Counter:
+    """Counter of ``(label, dtype)`` calls outside torch_npu's documented dtype table
+    (testbed/dtype_table.py) since the last reset; results are never changed for them."""
+    with _lock:
+        return collections.Counter(_dtype_findings)
+
+
+def reset_dtype_findings() -> None:
+    with _lock:
+        _dtype_findings.clear()
 
 
 def cpu_fallbacks() -> collections.Counter:
@@ -497,13 +591,22 @@ def _dispatch(func, args, kwargs):
     schema_name = func._schema.name
     if func.namespace not in _ATEN_NAMESPACES:
         return _redispatch_custom(func, args, kwargs)
-    if _count_ops:
-        if _runs_as_decomposition(func):
-            # a composite op (reaching here whole when autograd is below, e.g. in a custom op's
-            # body) runs on a real PrivateUse1 backend as its decomposition: count those kernels
-            out = func.decompose(*args, **(kwargs or {}))
-            if out is not NotImplemented:
-                return out
+    verdict, detail = _verdict(func)
+    foreign = _has_foreign_kernel(func)
+    watched = schema_name in _dtype_table.WATCHED and not getattr(_watching, "depth", 0)
+    if watched:
+        found = _dtype_table.finding(schema_name, args, kwargs)
+        if found is not None:
+            with _lock:
+                _dtype_findings[found] += 1
+    if not foreign and (verdict == _reg.DECOMPOSE or (_count_ops and _runs_as_decomposition(func))):
+        # a CompositeImplicitAutograd op without an NPU kernel reaches the backend whole when
+        # autograd is below (inference_mode, a custom op's body); the backend runs its
+        # decomposition, and each piece is judged (and counted) on its own
+        out = _watched_pieces(watched, lambda: func.decompose(*args, **(kwargs or {})))
+        if out is not NotImplemented:
+            return out
+    if _count_ops and not (verdict == _reg.COMPOSITE and not func.is_view):
         _op_counts[schema_name] += 1
     if schema_name in _NO_OP:
         return None
@@ -541,12 +644,24 @@ def _dispatch(func, args, kwargs):
                 f"devices, {first_dev} and {dev}!"
             )
 
-    if _has_foreign_kernel(func):
+    if foreign:
         # a PrivateUse1 kernel registered by someone else (torch_npu, the shim)
         # beats torch_npu's boxed CPU fallback, as in the real dispatcher
         return _redispatch_custom(func, args, kwargs)
     if schema_name in _fallback_ops or func.name() in _fallback_ops:
-        _cpu_fallback(schema_name)
+        _cpu_fallback(func.name())
+    elif verdict == _reg.COMPOSITE and not func.is_view:
+        # its CompositeExplicitAutograd kernel runs on the card, calling ops that are judged
+        # in turn (a view's kernel only makes views: it runs whole below)
+        return _watched_pieces(watched, lambda: _redispatch_custom(func, args, kwargs))
+    elif verdict in (_reg.STRUCTURED, _reg.FALLBACK) and detail != func.name() and _has_foreign_name(detail):
+        # a structured op whose .out overload someone else serves: its NonFunctional wrapper
+        # calls that overload on the card
+        return _watched_pieces(watched, lambda: _redispatch_custom(func, args, kwargs))
+    elif verdict == _reg.FALLBACK:
+        # torch_npu's npu_cpu_fallback, named as the op that reached it (a structured op's
+        # wrapper reaches it as its .out overload)
+        _cpu_fallback(detail)
 
     def unwrap_arg(x):
         if isinstance(x, NpuTensor):
@@ -573,6 +688,11 @@ def _dispatch(func, args, kwargs):
             out_index = None
     else:
         out_index = npu_index
+
+    if out_index is not None:
+        slot = _generator_slot(func)
+        if slot is not None:
+            cargs, ckwargs = _npu_generator(slot, cargs, ckwargs, out_index)
 
     hf32 = _state["allow_hf32"] and schema_name in _MATMUL_OPS
     if hf32:
@@ -615,10 +735,44 @@ def _runs_as_decomposition(func) -> bool:
 
 
 def _has_foreign_kernel(func) -> bool:
-    name = func.name()
+    return _has_foreign_name(func.name())
+
+
+def _has_foreign_name(name: str) -> bool:
+    """Whether a PrivateUse1 kernel other than the bed's simulation serves ``name`` now."""
     if name in _BED_KERNELS:
         return False
+    key = _registry_kernels.get(name)
+    if key is not None:
+        # the bed's kernel for a torch_npu op; torch.library lists it only once someone
+        # else's Python registration overrides it (install_registry took the bed's own out)
+        return key in torch.library._impls
     return torch._C._dispatch_has_kernel_for_dispatch_key(name, "PrivateUse1")
+
+
+_NO_VERDICT = (None, None)
+
+
+def _verdict(func) -> tuple:
+    """``(verdict, detail)`` of an aten op by torch_npu's registry (npu_registry.Registry.verdict);
+    ``(None, None)`` without a registry (the device alone: only ``cpu_fallback_ops()`` fall back)."""
+    if _registry is None or func.namespace != "aten":
+        return _NO_VERDICT
+    found = _verdicts.get(func)
+    if found is None:
+        found = _verdicts[func] = _registry.verdict(func.name())
+    return found
+
+
+def _watched_pieces(watched: bool, run):
+    """``run()``; the pieces of a watched op are not watched again (one finding per call)."""
+    if not watched:
+        return run()
+    _watching.depth = getattr(_watching, "depth", 0) + 1
+    try:
+        return run()
+    finally:
+        _watching.depth -= 1
 
 
 def _to_hf32(t):
@@ -763,7 +917,11 @@ class _Generator(torch._C.Generator):
     generator that reports the npu device. Random ops on npu tensors run on
     their CPU data in ``_dispatch``, where a CPU generator is what the kernel
     takes. ComfyUI and comfy-kitchen create one per device for stochastic
-    rounding (a LoRA patched into int8 / fp8 weights).
+    rounding (a LoRA patched into int8 / fp8 weights); ComfyUI's ancestral/SDE
+    samplers draw their noise with one. What the bed cannot tell: a real NPU
+    generator is Philox (its sequences differ from the CPU's mt19937, and its
+    state is not the CPU's 5056 bytes), and a CPU op given an NPU generator
+    would be refused on a card but runs here.
     """
 
     def __new__(cls, device=None):
@@ -773,6 +931,11 @@ class _Generator(torch._C.Generator):
             _check_index(index)
             gen = super().__new__(cls, device="cpu")
             gen._npu_index = index
+            # a generator reaches a kernel as a new Python object around the same C++
+            # generator: known by that generator's address while this object lives
+            key = gen._cdata
+            _npu_generators[key] = index
+            weakref.finalize(gen, _npu_generators.pop, key, None)
             return gen
         return super().__new__(cls) if device is None else super().__new__(cls, device=device)
 
@@ -780,6 +943,53 @@ class _Generator(torch._C.Generator):
     def device(self) -> torch.device:
         index = getattr(self, "_npu_index", None)
         return super().device if index is None else torch.device(DEVICE_TYPE, index)
+
+
+_default_generators: dict = {}
+_npu_generators: dict = {}  # C++ generator address -> card index, for each live npu generator
+_generator_slots: dict = {}  # OpOverload -> (position, name, kwarg_only) of its Generator? argument, or None
+
+
+def default_generator(index: int | None = None) -> "_Generator":
+    """The default NPU generator of card ``index`` (``torch.npu.default_generators[index]``):
+    random ops on that card's tensors draw from it unless given another, never from the CPU's."""
+    idx = _state["current"] if index is None else int(index)
+    _check_index(idx)
+    with _lock:
+        gen = _default_generators.get(idx)
+        if gen is None:
+            gen = _default_generators[idx] = _Generator(device=torch.device(DEVICE_TYPE, idx))
+        return gen
+
+
+def _generator_slot(func):
+    if func in _generator_slots:
+        return _generator_slots[func]
+    slot = None
+    for position, argument in enumerate(func._schema.arguments):
+        if isinstance(argument.type, torch._C.OptionalType) and isinstance(
+                argument.type.getElementType(), torch._C._GeneratorType):
+            slot = (position, argument.name, argument.kwarg_only)
+            break
+    _generator_slots[func] = slot
+    return slot
+
+
+def _npu_generator(slot, args, kwargs, index):
+    """The op's generator, as the NPU kernel takes it: the card's default one for None; a
+    generator of another device type is refused as torch_npu's check_generator refuses it."""
+    position, name, kwarg_only = slot
+    positional = not kwarg_only and len(args) > position
+    gen = args[position] if positional else kwargs.get(name)
+    if gen is None:
+        gen = default_generator(index)
+    elif gen._cdata not in _npu_generators:
+        raise RuntimeError("Expected a '%s' device type for generator but found '%s'" % (DEVICE_TYPE, gen.device.type))
+    if positional:
+        args = (*args[:position], gen, *args[position + 1:])
+    else:
+        kwargs = {**kwargs, name: gen}
+    return args, kwargs
 
 
 def _minimal_module() -> types.ModuleType:
@@ -791,8 +1001,8 @@ def _minimal_module() -> types.ModuleType:
     m.set_device = set_device
     m.is_initialized = lambda: True
     m._is_in_bad_fork = lambda: False
-    m.manual_seed_all = lambda seed: None
-    m.manual_seed = lambda seed: None
+    m.manual_seed_all = lambda seed: [default_generator(i).manual_seed(seed) for i in range(_state["count"])]
+    m.manual_seed = lambda seed: default_generator().manual_seed(seed)
     m.synchronize = lambda device=None: None
     m.get_amp_supported_dtype = lambda: [torch.float16, torch.bfloat16]
     return m

@@ -481,7 +481,11 @@ else:
                              TensorWiseINT8Layout.Params(scale=scale, orig_dtype=torch.bfloat16, orig_shape=(N, K)))
         x = torch.randn(2, 17, K, dtype=torch.bfloat16).npu()
         torch_npu._testbed.reset()
-        out = F.linear(x, qt)
+        # as ComfyUI runs it: under inference_mode aten::linear reaches kitchen whole; outside
+        # it decomposes, and torch_npu's own aten::matmul kernel takes the 3-D product whole
+        # (kitchen handles linear/mm/addmm, not matmul, and would dequantize)
+        with torch.inference_mode():
+            out = F.linear(x, qt)
         ref = F.linear(x.cpu().float(), w.cpu().float() * 0.01)
         rec = torch_npu._testbed.last("npu_quant_matmul")
         print(json.dumps({

@@ -14,6 +14,9 @@ TESTBED_TORCH_NPU_DEVICE_CONFLICT=1  on a CUDA-build torch raise like torch_npu
 TESTBED_CANN_VERSION            utils.collect_env.get_cann_version()
 TESTBED_NPU_NAME                the SoC (default Ascend910B3); float8 npu tensors
                                 exist only on an Ascend950* (Atlas A5), as in torch_npu
+TESTBED_TORCH_NPU_REGISTRY      the folder of the real wheel's kernel registry the machine
+                                judges every op by (testbed/npu_registry.py; default: the
+                                2.12.0 wheel's in the test cache). Missing: the import fails.
 At call time: TESTBED_QMM_MAX_DIM (default 65535), TESTBED_QMM_INT32 (what int32 output
 does: exact | refused | fp32-rounded, see _ops.INT32_OUTPUT), TORCH_NPU_FALLBACK_CPU_DISABLE.
 """
@@ -47,6 +50,14 @@ def _ensure_testbed_importable():
 _ensure_testbed_importable()
 
 from testbed import npu_device as _npu_device  # noqa: E402
+from testbed import npu_registry as _npu_registry  # noqa: E402
+
+try:
+    # read before anything is installed: a bed that cannot judge must not run
+    _registry = _npu_registry.load()
+except _npu_registry.RegistryMissing as _missing:
+    _os.write(2, ("%s\n" % _missing).encode())
+    raise
 
 
 def _visible_count() -> int:
@@ -69,6 +80,8 @@ _npu_device.activate(backend_module=npu, count=_visible_count())
 _npu_device.set_float8_storage(npu.DEVICE_NAME.startswith(_FLOAT8_SOCS))
 _sys.modules["torch.npu.memory"] = npu.memory
 _attention.register()
+# the kernels torch_npu registers at import, each served by the simulation
+_npu_device.install_registry(_registry)
 
 _ops_wanted = {
     name.strip().removeprefix("npu_")

@@ -337,24 +337,72 @@ def stream(stream):
 # --------------------------------------------------------------------------- rng, misc
 
 
+# torch_npu.npu.random: each card has a default generator (``default_generators``), which
+# random ops on its tensors draw from; torch.manual_seed seeds them through manual_seed_all.
+
+
+def _generators() -> tuple:
+    return tuple(_dev.default_generator(i) for i in range(_dev.device_count()))
+
+
+def __getattr__(name):
+    if name == "default_generators":  # one per visible card, as after torch_npu's _lazy_init
+        return _generators()
+    raise AttributeError("module %r has no attribute %r" % (__name__, name))
+
+
+def _rng_index(device) -> int:
+    if isinstance(device, str):
+        device = torch.device(device)
+    elif isinstance(device, int):
+        device = torch.device("npu", device)
+    return _dev.current_device() if device.index is None else device.index
+
+
+def get_rng_state(device="npu") -> torch.Tensor:
+    return _dev.default_generator(_rng_index(device)).get_state()
+
+
+def get_rng_state_all() -> list:
+    return [get_rng_state(i) for i in range(_dev.device_count())]
+
+
+def set_rng_state(new_state, device="npu") -> None:
+    _dev.default_generator(_rng_index(device)).set_state(new_state)
+
+
+def set_rng_state_all(new_states) -> None:
+    for i, state in enumerate(new_states):
+        set_rng_state(state, i)
+
+
 def manual_seed(seed) -> None:
     _testbed.counters["manual_seed"] += 1
+    if _dev.device_count():
+        _dev.default_generator().manual_seed(int(seed))
 
 
 def manual_seed_all(seed) -> None:
     _testbed.counters["manual_seed_all"] += 1
+    for gen in _generators():
+        gen.manual_seed(int(seed))
 
 
 def seed() -> None:
-    pass
+    if _dev.device_count():
+        _dev.default_generator().seed()
 
 
 def seed_all() -> None:
-    pass
+    gens = _generators()
+    if gens:
+        gens[0].seed()
+        for gen in gens[1:]:
+            gen.manual_seed(gens[0].initial_seed())
 
 
 def initial_seed() -> int:
-    return torch.initial_seed()
+    return _dev.default_generator().initial_seed()
 
 
 def set_compile_mode(jit_compile: bool = False) -> None:
