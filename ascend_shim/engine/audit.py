@@ -36,7 +36,8 @@ SHOWN = 3  # findings named per kind in the after-prompt line
 
 _CLEAN, _WATCH, _DECOMPOSE, _FALLBACK = "clean", "watch", "decompose", "fallback"
 _lock = threading.Lock()
-_verdicts: Dict[Any, Tuple[str, str]] = {}  # OpOverload -> (verdict, packet name)
+# OpOverload -> (verdict, packet name, (the overload npu_cpu_fallback gets, why) for a fallback)
+_verdicts: Dict[Any, Tuple[str, str, Any]] = {}
 _delegates: Optional[Dict[str, str]] = None  # "aten::lgamma" -> "aten::lgamma.out"
 _state: Dict[str, Any] = {"prompts": 0, "last": None, "broken": None, "device": None}
 _skip_dirs: Optional[Tuple[str, ...]] = None
@@ -76,39 +77,40 @@ def structured_delegates() -> Dict[str, str]:
     return _delegates
 
 
-def judge(name: str) -> Tuple[str, str]:
-    """(where the op runs on NPU tensors, why): "card", "decompose" or "fallback"."""
+def judge(name: str) -> Tuple[str, str, str]:
+    """(where the op runs on NPU tensors: "card", "decompose" or "fallback", why, the overload
+    that runs there: for a structured op falling back, its delegate, as torch_npu's line names it)."""
     if _has(name, "PrivateUse1"):
-        return "card", "PrivateUse1 kernel"
+        return "card", "PrivateUse1 kernel", name
     if _has(name, "CompositeImplicitAutograd"):
-        return "decompose", "CompositeImplicitAutograd"
+        return "decompose", "CompositeImplicitAutograd", name
     if _has(name, "CompositeExplicitAutograd"):
-        return "card", "CompositeExplicitAutograd"
+        return "card", "CompositeExplicitAutograd", name
     if _has(name, "CompositeExplicitAutogradNonFunctional"):
         delegate = structured_delegates().get(name)
         if delegate is None:
-            return "card", "CompositeExplicitAutogradNonFunctional, not structured"
+            return "card", "CompositeExplicitAutogradNonFunctional, not structured", name
         if _has(delegate, "PrivateUse1"):
-            return "card", "structured, %s has a PrivateUse1 kernel" % delegate
-        return "fallback", "structured, %s has no PrivateUse1 kernel" % delegate
-    return "fallback", "no PrivateUse1 kernel"
+            return "card", "structured: %s has a PrivateUse1 kernel" % delegate, delegate
+        return "fallback", "structured: %s runs %s, which has no PrivateUse1 kernel" % (name, delegate), delegate
+    return "fallback", "no PrivateUse1 kernel", name
 
 
-def _verdict(func: Any) -> Tuple[str, str]:
+def _verdict(func: Any) -> Tuple[str, str, Any]:
     entry = _verdicts.get(func)
     if entry is not None:
         return entry
     packet = func._schema.name
     if func.namespace != "aten":
-        entry = (_CLEAN, packet)  # npu::, prims, custom ops: not torch_npu's aten registry
+        entry = (_CLEAN, packet, None)  # npu::, prims, custom ops: not torch_npu's aten registry
     else:
-        where, _why = judge(func.name())
+        where, why, runs = judge(func.name())
         if where == "decompose":
-            entry = (_DECOMPOSE, packet)
+            entry = (_DECOMPOSE, packet, None)
         elif where == "fallback":
-            entry = (_FALLBACK, packet)
+            entry = (_FALLBACK, packet, (runs, why))
         else:
-            entry = (_WATCH if packet in dtype_table.WATCHED else _CLEAN, packet)
+            entry = (_WATCH if packet in dtype_table.WATCHED else _CLEAN, packet, None)
     _verdicts[func] = entry
     return entry
 
@@ -181,14 +183,15 @@ class Watch:
         self.findings: collections.Counter = collections.Counter()  # (kind, op, detail, frame) -> n
         self.error: Optional[str] = None
 
-    def note(self, func: Any, verdict: str, packet: str, args: tuple, kwargs: Dict[str, Any]) -> bool:
+    def note(self, func: Any, verdict: str, packet: str, fallback: Any, args: tuple,
+             kwargs: Dict[str, Any]) -> bool:
         """Record what this call is; True when the mode is to decompose it."""
         if not _on_npu(args, kwargs, _npu_type()):
             return False
         if verdict == _FALLBACK:
             if self.dtype_only:
                 return False
-            self.findings[FALLBACK, func.name(), judge(func.name())[1], caller()] += 1
+            self.findings[FALLBACK, fallback[0], fallback[1], caller()] += 1
             return False
         if verdict == _DECOMPOSE and packet not in dtype_table.WHOLE:
             return True
@@ -227,9 +230,9 @@ def mode_class() -> Any:
                     return func(*args, **kwargs)
                 decompose = False
                 try:
-                    verdict, packet = _verdicts.get(func) or _verdict(func)
+                    verdict, packet, fallback = _verdicts.get(func) or _verdict(func)
                     if verdict is not _CLEAN:
-                        decompose = watch.note(func, verdict, packet, args, kwargs)
+                        decompose = watch.note(func, verdict, packet, fallback, args, kwargs)
                 except Exception as exc:  # the audit's own fault: off, the op runs as it came
                     watch.error = "%s: %s" % (type(exc).__name__, exc)
                 if decompose:

@@ -13,8 +13,9 @@ audit's code and ``torch.linalg.solve``'s calls are counted (``sys.setprofile``)
 
 Prints one JSON object: the patch rows, the calls into the audit's code
 while the prompts ran (``sys.setprofile``), the dispatch-mode stack depth
-inside the node, the solve count, the audit's status section and the
-seconds per prompt; the node's outputs are saved to ``<out-dir>/outputs.pt``.
+inside the node, the solve count, what the simulated machine itself recorded
+per prompt (its CPU fallbacks and dtype-table findings), the audit's status
+section and the seconds per prompt; the node's outputs are saved to ``<out-dir>/outputs.pt``.
 """
 
 import importlib.util
@@ -31,7 +32,6 @@ OPTIONS = sys.argv[3:split]
 PROMPTS = int(OPTIONS[OPTIONS.index("--prompts") + 1]) if "--prompts" in OPTIONS else 2
 STEPS = int(OPTIONS[OPTIONS.index("--steps") + 1]) if "--steps" in OPTIONS else 6
 PROFILE = "--profile" in OPTIONS
-REGISTRY = OPTIONS[OPTIONS.index("--registry") + 1] if "--registry" in OPTIONS else None
 
 log_stream = io.StringIO()
 logging.basicConfig(level=logging.INFO, stream=log_stream, format="%(name)s %(levelname)s %(message)s")
@@ -51,9 +51,6 @@ import comfy.utils  # noqa: E402,F401
 import comfy.model_management as mm  # noqa: E402
 import torch  # noqa: E402
 
-import npu_registry  # noqa: E402
-
-npu_registry.answer_from(REGISTRY)
 import execution  # noqa: E402
 import nodes  # noqa: E402
 from comfy.extra_samplers import uni_pc  # noqa: E402
@@ -119,14 +116,22 @@ def profiler(frame, event, arg):
         solves["calls"] += 1
 
 
-seconds = []
+from testbed import npu_device  # noqa: E402
+
+seconds, bed = [], []
 for index in range(PROMPTS):
+    npu_device.reset_cpu_fallbacks()
+    npu_device.reset_dtype_findings()
     if PROFILE:
         sys.setprofile(profiler)
     start = time.perf_counter()
     executor.execute({"1": {"class_type": "AuditProbe", "inputs": {"seed": index}}}, "prompt-%d" % index, {}, ["1"])
     seconds.append(time.perf_counter() - start)
     sys.setprofile(None)
+    # what the simulated machine itself judged during the prompt (its own records, not the audit's)
+    bed.append({"cpu_fallbacks": dict(npu_device.cpu_fallbacks()),
+                "dtype_findings": ["%s %s x%d" % (label, str(dtype).replace("torch.", ""), n)
+                                   for (label, dtype), n in sorted(npu_device.dtype_findings().items())]})
 
 torch.save(outputs, os.path.join(OUT, "outputs.pt"))
 audit_imported = "ascend_shim.engine.audit" in sys.modules  # before status(), whose section imports it
@@ -135,7 +140,7 @@ import ascend_shim  # noqa: E402
 rows = {row["name"]: {"state": row["state"], "reason": row.get("reason")} for row in ascend_shim.status()["patches"]}
 status = ascend_shim.status()
 print(json.dumps({"success": executor.success, "rows": rows, "calls_into_audit": calls_into_audit["n"],
-                  "inside": inside, "solves": solves["calls"], "audit": status.get("audit"),
+                  "inside": inside, "solves": solves["calls"], "bed": bed, "audit": status.get("audit"),
                   "cpu_fallbacks": status.get("cpu_fallbacks"), "seconds": seconds,
                   "audit_imported": audit_imported,
                   "log": log_stream.getvalue().splitlines()[-20:]}, default=str))

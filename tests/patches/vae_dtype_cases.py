@@ -1,6 +1,6 @@
 """ComfyUI's own MiniMax-H3 audio VAE, tiny and seeded, decoded and encoded on a real ComfyUI tree.
 
-    python vae_dtype_cases.py <comfyui-dir> <out-dir> [--registry FILE] [-- <ComfyUI flags>]
+    python vae_dtype_cases.py <comfyui-dir> <out-dir> [-- <ComfyUI flags>]
 
 ``comfy.ldm.minimax.audio_vae.MiniMaxH3AudioVAE`` at tiny sizes (its
 constructor's defaults shrunk, so that ``comfy.sd.VAE`` builds the tiny one
@@ -23,7 +23,6 @@ import sys
 COMFY_DIR, OUT = sys.argv[1], sys.argv[2]
 split = sys.argv.index("--") if "--" in sys.argv else len(sys.argv)
 OPTIONS = sys.argv[3:split]
-REGISTRY = OPTIONS[OPTIONS.index("--registry") + 1] if "--registry" in OPTIONS else None
 
 log_stream = io.StringIO()
 logging.basicConfig(level=logging.INFO, stream=log_stream, format="%(name)s %(levelname)s %(message)s")
@@ -43,9 +42,6 @@ import comfy.utils  # noqa: E402,F401
 import comfy.model_management  # noqa: E402,F401
 import torch  # noqa: E402
 
-import npu_registry  # noqa: E402
-
-npu_registry.answer_from(REGISTRY)
 import comfy.sd  # noqa: E402
 from comfy.ldm.minimax import audio_vae  # noqa: E402
 
