@@ -1,6 +1,7 @@
 """ComfyUI prompts on a real ComfyUI tree, as its prompt worker runs them, for the audit's tests.
 
-    python audit_cases.py <comfyui-dir> <out-dir> [--prompts N] [--steps N] [-- <ComfyUI flags>]
+    python audit_cases.py <comfyui-dir> <out-dir> [--prompts N] [--steps N] [--profile] [--alternate]
+                          [-- <ComfyUI flags>]
 
 Starts ComfyUI the way main.py does (arguments, torch, model management,
 ``execution``), registers one custom node, ``AuditProbe``, as a custom node
@@ -32,6 +33,7 @@ OPTIONS = sys.argv[3:split]
 PROMPTS = int(OPTIONS[OPTIONS.index("--prompts") + 1]) if "--prompts" in OPTIONS else 2
 STEPS = int(OPTIONS[OPTIONS.index("--steps") + 1]) if "--steps" in OPTIONS else 6
 PROFILE = "--profile" in OPTIONS
+ALTERNATE = "--alternate" in OPTIONS  # benchmarks/audit.py: odd prompts run under the audit's mode
 
 log_stream = io.StringIO()
 logging.basicConfig(level=logging.INFO, stream=log_stream, format="%(name)s %(levelname)s %(message)s")
@@ -118,15 +120,26 @@ def profiler(frame, event, arg):
 
 from testbed import npu_device  # noqa: E402
 
-seconds, bed = [], []
+seconds, bed, bed_calls = [], [], None
 for index in range(PROMPTS):
     npu_device.reset_cpu_fallbacks()
     npu_device.reset_dtype_findings()
     if PROFILE:
         sys.setprofile(profiler)
-    start = time.perf_counter()
-    executor.execute({"1": {"class_type": "AuditProbe", "inputs": {"seed": index}}}, "prompt-%d" % index, {}, ["1"])
-    seconds.append(time.perf_counter() - start)
+    if ALTERNATE and index % 2:
+        from ascend_shim.engine import audit
+
+        start = time.perf_counter()
+        mode = audit.start()  # what patches/audit.py does around execute, timed with it
+        executor.execute({"1": {"class_type": "AuditProbe", "inputs": {"seed": 0}}}, "prompt-%d" % index, {}, ["1"])
+        aten_calls = audit.stop(mode).calls
+        seconds.append(time.perf_counter() - start)
+        bed_calls = aten_calls
+    else:
+        start = time.perf_counter()
+        executor.execute({"1": {"class_type": "AuditProbe", "inputs": {"seed": 0 if ALTERNATE else index}}},
+                         "prompt-%d" % index, {}, ["1"])
+        seconds.append(time.perf_counter() - start)
     sys.setprofile(None)
     # what the simulated machine itself judged during the prompt (its own records, not the audit's)
     bed.append({"cpu_fallbacks": dict(npu_device.cpu_fallbacks()),
@@ -140,7 +153,7 @@ import ascend_shim  # noqa: E402
 rows = {row["name"]: {"state": row["state"], "reason": row.get("reason")} for row in ascend_shim.status()["patches"]}
 status = ascend_shim.status()
 print(json.dumps({"success": executor.success, "rows": rows, "calls_into_audit": calls_into_audit["n"],
-                  "inside": inside, "solves": solves["calls"], "bed": bed, "audit": status.get("audit"),
+                  "inside": inside, "solves": solves["calls"], "bed": bed, "aten_calls": bed_calls, "audit": status.get("audit"),
                   "cpu_fallbacks": status.get("cpu_fallbacks"), "seconds": seconds,
                   "audit_imported": audit_imported,
                   "log": log_stream.getvalue().splitlines()[-20:]}, default=str))

@@ -10,7 +10,8 @@ detected); ``comfy.sd.VAE(sd=...)`` picks the dtype from the VAE's declared
 Decodes twice and encodes once, as VAEDecodeAudio / VAEEncodeAudio do.
 
 Prints one JSON object: the VAE's dtype and declaration, the patch row, the
-outputs' statistics and the kept finding; outputs go to ``<out-dir>/vae.pt``.
+outputs' statistics, the kept finding and what the simulated machine itself
+recorded outside torch_npu's dtype table; outputs go to ``<out-dir>/vae.pt``.
 """
 
 import importlib.util
@@ -60,6 +61,9 @@ audio = torch.rand(1, 1600, 2, generator=g) * 2 - 1  # VAEEncodeAudio hands [B, 
 # the bed cannot move a module to the NPU under inference_mode (its NpuTensor answers
 # torch._has_compatible_shallow_copy_type(cpu, npu) with a device error): load first
 comfy.model_management.load_models_gpu([vae.patcher])
+from testbed import npu_device  # noqa: E402
+
+npu_device.reset_dtype_findings()
 with torch.inference_mode():
     decoded = [vae.decode(latent).float() for _ in range(2)]
     encoded = vae.encode(audio).float()
@@ -73,4 +77,6 @@ print(json.dumps({"vae_dtype": str(vae.vae_dtype), "working_dtypes": [str(d) for
                   "device": str(vae.device), "row": rows.get("vae_dtype"),
                   "decode_equal": torch.equal(decoded[0], decoded[1]),
                   "finite": bool(torch.isfinite(decoded[0]).all() and torch.isfinite(encoded).all()),
-                  "kept": kept.load("vae_dtype")}))
+                  "kept": kept.load("vae_dtype"),
+                  "bed_dtype_findings": sorted([label, str(dtype).replace("torch.", "")]
+                                               for label, dtype in npu_device.dtype_findings())}))
