@@ -173,3 +173,20 @@ def test_kept_report_round_trips_and_an_unwritable_home_is_no_error(tmp_path, mo
     (tmp_path / "blocked").write_text("a file, not a folder")
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "blocked"))
     assert kept.save("audit", {"findings": []}) is None and kept.load("audit") is None
+
+
+def test_summary_line_promises_status_only_where_the_report_was_kept():
+    report = {"calls": 10, "findings": [
+        {"kind": audit.FALLBACK, "op": "aten::lgamma.out", "detail": "d", "frame": "comfy/a.py:1 f", "count": 2},
+        {"kind": audit.FALLBACK, "op": "aten::lgamma.out", "detail": "d", "frame": "comfy/b.py:2 g", "count": 1},
+        {"kind": audit.DTYPE, "op": "silu", "detail": "bfloat16 (documented: float16/float32)",
+         "frame": audit.NO_FRAME, "count": 5}]}
+    assert audit.summary(report) == (
+        "audit: this prompt ran on the CPU (no NPU kernel): aten::lgamma.out x3 (comfy/a.py:1 f, +1 more callers); "
+        "outside torch_npu's documented dtypes: silu bfloat16 x5 (frame not found); "
+        "`python -m ascend_shim status` lists each")
+    assert audit.summary(report, kept=False).endswith("could not be written to %s, so only this process's "
+                                                      "status lists each" % audit.report_path())
+    assert audit.summary({"calls": 7, "findings": []}) == (
+        "audit: this prompt ran no op on torch_npu's CPU fallback and none outside its documented dtypes "
+        "(7 aten calls seen)")

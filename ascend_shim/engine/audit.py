@@ -285,10 +285,11 @@ def finish(mode: Any) -> Optional[Dict[str, Any]]:
     with _lock:
         _state["prompts"] += 1
         _state["last"] = report
-    report["saved_to"] = save(report)
+    saved_to = save(report)
     from ascend_shim.startup.output import write
 
-    write(summary(report))
+    write(summary(report, saved_to is not None))
+    report["saved_to"] = saved_to
     return report
 
 
@@ -324,8 +325,8 @@ def _listed(findings: List[Dict[str, Any]]) -> str:
     return ", ".join(parts)
 
 
-def summary(report: Dict[str, Any]) -> str:
-    """The one line after a prompt."""
+def summary(report: Dict[str, Any], kept: bool = True) -> str:
+    """The one line after a prompt (``kept``: its report is where ``status`` reads it)."""
     fallbacks = [f for f in report["findings"] if f["kind"] == FALLBACK]
     dtypes = [f for f in report["findings"] if f["kind"] == DTYPE]
     if not fallbacks and not dtypes:
@@ -336,7 +337,9 @@ def summary(report: Dict[str, Any]) -> str:
         parts.append("on the CPU (no NPU kernel): %s" % _listed(fallbacks))
     if dtypes:
         parts.append("outside torch_npu's documented dtypes: %s" % _listed(dtypes))
-    return "audit: this prompt ran %s; `python -m ascend_shim status` lists each" % "; ".join(parts)
+    where = ("`python -m ascend_shim status` lists each" if kept else
+             "the report could not be written to %s, so only this process's status lists each" % report_path())
+    return "audit: this prompt ran %s; %s" % ("; ".join(parts), where)
 
 
 # --------------------------------------------------------------------------- for status, across processes
