@@ -285,8 +285,7 @@ def _forced_vae_dtype(report, findings):
                      "declare (its dtypes: %s): torch_npu documents %s" % (
                          found["flag"], found["vae"], found["dtype"], found["pid"], found["time"],
                          ", ".join(found["declared"]), vae_dtype.documented(found)),
-                     "start ComfyUI without %s to run this VAE in %s (the flag applies to every VAE)"
-                     % (found["flag"], found["declared"][0]))
+                     "start ComfyUI without %s: it overrides the dtypes every VAE declares" % found["flag"])
     except (KeyError, TypeError, AttributeError, IndexError):
         findings.add(INFO, "an unreadable forced-VAE finding is kept at %s" % kept.path("vae_dtype"))
 

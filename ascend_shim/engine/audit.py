@@ -166,10 +166,11 @@ def _npu_type() -> str:
 
 
 def _on_npu(args: tuple, kwargs: Dict[str, Any], device: str) -> bool:
+    """Whether a tensor argument (or a factory's ``device=``) is on the NPU."""
     for value in (*args, *kwargs.values()):
         items = value if isinstance(value, (list, tuple)) else (value,)
         for item in items:
-            if getattr(getattr(item, "device", None), "type", None) == device:
+            if getattr(getattr(item, "device", item), "type", None) == device:
                 return True
     return False
 
@@ -209,7 +210,6 @@ def _cia() -> Any:
     import torch
 
     return torch._C.DispatchKey.CompositeImplicitAutograd
-
 
 
 def mode_class() -> Any:
@@ -254,6 +254,7 @@ def start(dtype_only: bool = False) -> Any:
     """A mode for one prompt, entered; None when the audit is broken or cannot start."""
     if _state["broken"]:
         return None
+    _verdicts.clear()  # judged afresh per prompt: a kernel registered since then counts
     try:
         mode = mode_class()(dtype_only)
         mode.__enter__()

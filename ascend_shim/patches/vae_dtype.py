@@ -85,9 +85,9 @@ def documented(found):
 
 def line(found):
     return ("%s runs the %s in %s, which it does not declare (its dtypes: %s): torch_npu documents %s, "
-            "so a 910B may refuse these calls or compute them wrong; without %s ComfyUI runs this VAE in %s"
-            % (found["flag"], found["vae"], found["dtype"], ", ".join(found["declared"]), documented(found), found["flag"],
-               found["declared"][0]))
+            "so a 910B may refuse these calls or compute them wrong (%s overrides the dtypes every VAE declares)"
+            % (found["flag"], found["vae"], found["dtype"], ", ".join(found["declared"]), documented(found),
+               found["flag"]))
 
 
 def _name_findings(vae, forced, watch):

@@ -49,7 +49,7 @@ def test_bf16_vae_runs_in_bf16_and_names_the_ops_and_the_declared_dtype_once(vae
         "ascend_shim: warning: --bf16-vae runs the MiniMaxH3AudioVAE in bfloat16, which it does not declare "
         "(its dtypes: float32): torch_npu documents conv1d for float16/float32, conv_transpose1d for float32, "
         "pad (non-constant mode) for float16/float32/float64, so a 910B may refuse these calls or compute them "
-        "wrong; without --bf16-vae ComfyUI runs this VAE in float32"]
+        "wrong (--bf16-vae overrides the dtypes every VAE declares)"]
     assert result["kept"]["ops"] == BF16_OPS and result["kept"]["declared"] == ["float32"]
     # the simulated machine's own records: the same documented functions, in bf16
     assert {label for label, dtype in result["bed_dtype_findings"]} == {"conv1d", "conv_transpose1d",
@@ -79,4 +79,4 @@ def test_doctor_names_the_forced_vae_from_the_run(vae_run, bed_python, tmp_path)
     assert len(findings) == 1 and findings[0]["severity"] == "warning"
     assert "forced the MiniMaxH3AudioVAE into bfloat16" in findings[0]["what"]
     assert "(its dtypes: float32): torch_npu documents conv1d for float16/float32" in findings[0]["what"]
-    assert findings[0]["fix"].startswith("start ComfyUI without --bf16-vae to run this VAE in float32")
+    assert findings[0]["fix"] == "start ComfyUI without --bf16-vae: it overrides the dtypes every VAE declares"
