@@ -1,7 +1,8 @@
 """A VAE that --bf16-vae / --fp16-vae force outside torch_npu's dtype table is named (patches/vae_dtype.py).
 
 ComfyUI 0.30.0's own MiniMax-H3 audio VAE (tiny, seeded, detected from its
-state dict by ``comfy.sd.VAE``, ``vae_dtype_cases.py``) declares float32 only.
+state dict by ``comfy.sd.VAE``, ``vae_dtype_cases.py``) declares float32 only; one interpreter
+builds it under each flag setting, as ComfyUI's command line sets ``args``.
 The flags keep their meaning (the VAE runs in the forced dtype); the first
 decode names the ops torch_npu documents without that dtype, once, and
 ``doctor`` names them from what the run kept. The simulated machine records
@@ -23,28 +24,20 @@ pytestmark = pytest.mark.skipif(not harness.torch_available(), reason="torch is 
 
 
 @pytest.fixture(scope="module")
-def vae_run(bed_python, tmp_path_factory):
-    done = {}
-
-    def run(*flags):
-        if flags not in done:
-            out = tmp_path_factory.mktemp("vae")
-            env = harness.bed_env("ascend-cu130", kitchen="0.2.27", XDG_CACHE_HOME=out / "cache")
-            proc = harness.run([str(bed_python), str(CASES), str(harness.comfyui_dir("0.30.0")), str(out), "--",
-                                *flags], env, out, timeout=300)
-            result = harness.last_json(proc)
-            result["lines"] = [line for line in proc.stderr.splitlines() if line.startswith("ascend_shim:")]
-            result["env"] = env
-            done[flags] = result
-        return done[flags]
-
-    return run
+def vae_runs(bed_python, tmp_path_factory):
+    """One interpreter, one VAE per flag setting: {"default" | "--fp16-vae" | "--bf16-vae": result}."""
+    out = tmp_path_factory.mktemp("vae")
+    env = harness.bed_env("ascend-cu130", kitchen="0.2.27", XDG_CACHE_HOME=out / "cache")
+    proc = harness.run([str(bed_python), str(CASES), str(harness.comfyui_dir("0.30.0"))], env, out, timeout=300)
+    result = harness.last_json(proc)
+    assert result["row"] == {"state": "applied", "reason": ""}, result["row"]
+    return result["settings"], env
 
 
-def test_bf16_vae_runs_in_bf16_and_names_the_ops_and_the_declared_dtype_once(vae_run):
-    result = vae_run("--bf16-vae")
+def test_bf16_vae_runs_in_bf16_and_names_the_ops_and_the_declared_dtype_once(vae_runs):
+    result = vae_runs[0]["--bf16-vae"]
     assert result["vae_dtype"] == "torch.bfloat16" and result["working_dtypes"] == ["torch.float32"]
-    assert result["row"] == {"state": "applied", "reason": ""} and result["device"] == "npu:0"
+    assert result["device"] == "npu:0"
     assert result["lines"] == [
         "ascend_shim: warning: --bf16-vae runs the MiniMaxH3AudioVAE in bfloat16, which it does not declare "
         "(its dtypes: float32): torch_npu documents conv1d for float16/float32, conv_transpose1d for float32, "
@@ -59,21 +52,21 @@ def test_bf16_vae_runs_in_bf16_and_names_the_ops_and_the_declared_dtype_once(vae
     assert result["decode_equal"] and result["finite"]
 
 
-def test_fp16_vae_names_conv_transpose1d_only(vae_run):
-    result = vae_run("--fp16-vae")
+def test_fp16_vae_names_conv_transpose1d_only(vae_runs):
+    result = vae_runs[0]["--fp16-vae"]
     assert result["vae_dtype"] == "torch.float16"
     assert result["kept"]["ops"] == {"conv_transpose1d": "float16 (documented: float32)"}
     assert len(result["lines"]) == 1 and "torch_npu documents conv_transpose1d for float32," in result["lines"][0]
 
 
-def test_declared_dtype_is_left_alone_and_says_nothing(vae_run):
-    result = vae_run()
+def test_declared_dtype_is_left_alone_and_says_nothing(vae_runs):
+    result = vae_runs[0]["default"]
     assert result["vae_dtype"] == "torch.float32" and result["lines"] == [] and result["kept"] is None
     assert result["bed_dtype_findings"] == [] and result["finite"]
 
 
-def test_doctor_names_the_forced_vae_from_the_run(vae_run, bed_python, tmp_path):
-    env = vae_run("--bf16-vae")["env"]
+def test_doctor_names_the_forced_vae_from_the_run(vae_runs, bed_python, tmp_path):
+    env = vae_runs[1]
     proc = harness.run([str(bed_python), "-m", "ascend_shim", "doctor", "--json"], env, tmp_path)
     findings = [f for f in json.loads(proc.stdout)["findings"] if "--bf16-vae" in f["what"]]
     assert len(findings) == 1 and findings[0]["severity"] == "warning"

@@ -1,17 +1,20 @@
 """ComfyUI's own MiniMax-H3 audio VAE, tiny and seeded, decoded and encoded on a real ComfyUI tree.
 
-    python vae_dtype_cases.py <comfyui-dir> <out-dir> [-- <ComfyUI flags>]
+    python vae_dtype_cases.py <comfyui-dir> [-- <ComfyUI flags>]
 
 ``comfy.ldm.minimax.audio_vae.MiniMaxH3AudioVAE`` at tiny sizes (its
 constructor's defaults shrunk, so that ``comfy.sd.VAE`` builds the tiny one
 when it detects the architecture from the state dict, as a user's file is
 detected); ``comfy.sd.VAE(sd=...)`` picks the dtype from the VAE's declared
-``working_dtypes`` and ComfyUI's flags (``--bf16-vae``, ``--fp16-vae``).
-Decodes twice and encodes once, as VAEDecodeAudio / VAEEncodeAudio do.
+``working_dtypes`` and ComfyUI's flags. One VAE is built per setting (none,
+``--fp16-vae``, ``--bf16-vae``: ``comfy.cli_args.args`` set as the command line
+sets it), each decoding twice and encoding once, as VAEDecodeAudio /
+VAEEncodeAudio do.
 
-Prints one JSON object: the VAE's dtype and declaration, the patch row, the
-outputs' statistics, the kept finding and what the simulated machine itself
-recorded outside torch_npu's dtype table; outputs go to ``<out-dir>/vae.pt``.
+Prints one JSON object: the patch row and, per setting, the VAE's dtype and
+declaration, the shim's lines while it ran, the outputs' statistics, the kept
+finding and what the simulated machine itself recorded outside torch_npu's
+dtype table.
 """
 
 import importlib.util
@@ -21,10 +24,10 @@ import logging
 import os
 import sys
 
-COMFY_DIR, OUT = sys.argv[1], sys.argv[2]
+COMFY_DIR = sys.argv[1]
 split = sys.argv.index("--") if "--" in sys.argv else len(sys.argv)
-OPTIONS = sys.argv[3:split]
 
+SETTINGS = ("", "--fp16-vae", "--bf16-vae")  # the last one's finding stays kept, for doctor
 log_stream = io.StringIO()
 logging.basicConfig(level=logging.INFO, stream=log_stream, format="%(name)s %(levelname)s %(message)s")
 sys.path.insert(0, COMFY_DIR)
@@ -54,29 +57,43 @@ model = audio_vae.MiniMaxH3AudioVAE()
 sd = {k: (torch.randn_like(v) * 0.2 if v.is_floating_point() else v) for k, v in model.state_dict().items()}
 sd["latents_mean"] = torch.zeros(32)
 sd["latents_std"] = torch.ones(32)
-vae = comfy.sd.VAE(sd=sd)
 g = torch.Generator().manual_seed(1)
 latent = torch.randn(1, 32, 2, 3, generator=g)
 audio = torch.rand(1, 1600, 2, generator=g) * 2 - 1  # VAEEncodeAudio hands [B, samples, channels]
-# the bed cannot move a module to the NPU under inference_mode (its NpuTensor answers
-# torch._has_compatible_shallow_copy_type(cpu, npu) with a device error): load first
-comfy.model_management.load_models_gpu([vae.patcher])
-from testbed import npu_device  # noqa: E402
-
-npu_device.reset_dtype_findings()
-with torch.inference_mode():
-    decoded = [vae.decode(latent).float() for _ in range(2)]
-    encoded = vae.encode(audio).float()
-torch.save({"decoded": decoded[0], "encoded": encoded}, os.path.join(OUT, "vae.pt"))
 
 import ascend_shim  # noqa: E402
 from ascend_shim.engine import kept  # noqa: E402
+from testbed import npu_device  # noqa: E402
+
+args = comfy.model_management.args
+results = {}
+for setting in SETTINGS:
+    # as ComfyUI's command line sets them; a VAE reads them when it is built
+    args.bf16_vae, args.fp16_vae = setting == "--bf16-vae", setting == "--fp16-vae"
+    vae = comfy.sd.VAE(sd=sd)
+    # the bed cannot move a module to the NPU under inference_mode (its NpuTensor answers
+    # torch._has_compatible_shallow_copy_type(cpu, npu) with a device error): load first
+    comfy.model_management.load_models_gpu([vae.patcher])
+    npu_device.reset_dtype_findings()
+    sys.stderr.flush()
+    lines, sys.stderr = sys.stderr, io.StringIO()  # the shim's lines of this VAE alone
+    try:
+        with torch.inference_mode():
+            decoded = [vae.decode(latent).float() for _ in range(2)]
+            encoded = vae.encode(audio).float()
+    finally:
+        lines, sys.stderr = sys.stderr, lines
+    results[setting or "default"] = {
+        "vae_dtype": str(vae.vae_dtype), "working_dtypes": [str(d) for d in vae.working_dtypes],
+        "device": str(vae.device),
+        "lines": [text for text in lines.getvalue().splitlines() if text.startswith("ascend_shim:")],
+        "decode_equal": torch.equal(decoded[0], decoded[1]),
+        "finite": bool(torch.isfinite(decoded[0]).all() and torch.isfinite(encoded).all()),
+        "kept": kept.load("vae_dtype"),
+        "bed_dtype_findings": sorted([label, str(dtype).replace("torch.", "")]
+                                     for label, dtype in npu_device.dtype_findings())}
+    del vae
+    comfy.model_management.unload_all_models()
 
 rows = {row["name"]: {"state": row["state"], "reason": row.get("reason")} for row in ascend_shim.status()["patches"]}
-print(json.dumps({"vae_dtype": str(vae.vae_dtype), "working_dtypes": [str(d) for d in vae.working_dtypes],
-                  "device": str(vae.device), "row": rows.get("vae_dtype"),
-                  "decode_equal": torch.equal(decoded[0], decoded[1]),
-                  "finite": bool(torch.isfinite(decoded[0]).all() and torch.isfinite(encoded).all()),
-                  "kept": kept.load("vae_dtype"),
-                  "bed_dtype_findings": sorted([label, str(dtype).replace("torch.", "")]
-                                               for label, dtype in npu_device.dtype_findings())}))
+print(json.dumps({"row": rows.get("vae_dtype"), "settings": results}))
