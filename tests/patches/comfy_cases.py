@@ -98,7 +98,9 @@ def int8_layer():
     layer.to(torch.device("npu", 0))
     torch_npu._testbed.reset()
     npu_device.reset_cpu_fallbacks()
-    out = layer(torch.randn(8, 128, dtype=torch.bfloat16).to("npu"))
+    with torch.inference_mode():  # as a prompt runs it: aten::linear reaches kitchen whole (outside,
+        # it decomposes to torch_npu's own aten::matmul kernel, which kitchen dequantizes for)
+        out = layer(torch.randn(8, 128, dtype=torch.bfloat16).to("npu"))
     return {"device": str(out.device), "fallbacks": sorted(npu_device.cpu_fallbacks()),
             # the INT8 backends quantize x with npu_dynamic_quant; eager never does (its _int_mm
             # may still reach npu_quant_matmul: the shim's kernel on the INT8 cube)
