@@ -282,16 +282,20 @@ def finish(mode: Any) -> Optional[Dict[str, Any]]:
     watch = stop(mode)
     if watch is None:
         return None
-    report = prompt_report(watch)
-    with _lock:
-        _state["prompts"] += 1
-        _state["last"] = report
-    saved_to = save(report)
-    from ascend_shim.startup.output import write
+    try:
+        report = prompt_report(watch)
+        with _lock:
+            _state["prompts"] += 1
+            _state["last"] = report
+        saved_to = save(report)
+        from ascend_shim.startup.output import write
 
-    write(summary(report, saved_to is not None))
-    report["saved_to"] = saved_to
-    return report
+        write(summary(report, saved_to is not None))
+        report["saved_to"] = saved_to
+        return report
+    except Exception as exc:  # never into the prompt
+        _break("%s: %s" % (type(exc).__name__, exc))
+        return None
 
 
 def _break(why: str) -> None:
