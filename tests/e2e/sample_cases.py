@@ -245,6 +245,14 @@ def sample_once(patcher, spec, seed=7):
 
 
 def run_variant(name, make_state_dict, patch=None, model_options=None):
+    # under inference_mode, as ComfyUI's executor runs every node (loaders and samplers): there
+    # aten::linear reaches kitchen's QuantizedTensor whole; outside it decomposes, and a bias-free
+    # 3-D linear becomes torch_npu's own aten::matmul kernel, which kitchen dequantizes for
+    with torch.inference_mode():
+        _run_variant(name, make_state_dict, patch, model_options)
+
+
+def _run_variant(name, make_state_dict, patch=None, model_options=None):
     entry = report["variants"].setdefault(name, {})
     started = time.monotonic()
     path = os.path.join(OPTS.out_dir, "%s.safetensors" % name)

@@ -118,6 +118,9 @@ _BED_KERNELS = frozenset(
 _MATMUL_OPS = frozenset({"aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm", "aten::addbmm", "aten::matmul"})
 _HF32_DROPPED_BITS = 23 - 10
 _ATEN_NAMESPACES = frozenset({"aten", "prims", "prim", "debugprims"})
+# CompositeExplicitAutograd kernels that alias their input in C++ without the dispatcher
+# (alias_with_sizes_and_strides) though their schema says "new tensor": they run whole, as views do
+_ALIASING_COMPOSITES = frozenset({"aten::_unsafe_view", "aten::lift", "aten::lift_fresh"})
 
 _lock = threading.RLock()
 _state = {
@@ -455,6 +458,11 @@ def _registry_kernel(name: str):
         if not overload:
             base, _, overload_name = name.split("::", 1)[1].partition(".")
             overload.append(getattr(getattr(torch.ops.aten, base), overload_name or "default"))
+        for value in tree_flatten((args, kwargs))[0]:
+            if isinstance(value, torch.Tensor) and not isinstance(value, NpuTensor) and value.device.type == DEVICE_TYPE:
+                raise RuntimeError(
+                    "testbed: %s got an npu tensor that is no NpuTensor: a composite kernel run on the "
+                    "wrappers made an alias of one in C++; run that composite whole (_ALIASING_COMPOSITES)" % name)
         return _dispatch(overload[0], args, kwargs)
 
     kernel.__name__ = kernel.__qualname__ = "testbed_npu_kernel"
@@ -606,7 +614,7 @@ def _dispatch(func, args, kwargs):
         out = _watched_pieces(watched, lambda: func.decompose(*args, **(kwargs or {})))
         if out is not NotImplemented:
             return out
-    if _count_ops and not (verdict == _reg.COMPOSITE and not func.is_view):
+    if _count_ops and not (verdict == _reg.COMPOSITE and not func.is_view and schema_name not in _ALIASING_COMPOSITES):
         _op_counts[schema_name] += 1
     if schema_name in _NO_OP:
         return None
@@ -650,7 +658,7 @@ def _dispatch(func, args, kwargs):
         return _redispatch_custom(func, args, kwargs)
     if schema_name in _fallback_ops or func.name() in _fallback_ops:
         _cpu_fallback(func.name())
-    elif verdict == _reg.COMPOSITE and not func.is_view:
+    elif verdict == _reg.COMPOSITE and not func.is_view and schema_name not in _ALIASING_COMPOSITES:
         # its CompositeExplicitAutograd kernel runs on the card, calling ops that are judged
         # in turn (a view's kernel only makes views: it runs whole below)
         return _watched_pieces(watched, lambda: _redispatch_custom(func, args, kwargs))
