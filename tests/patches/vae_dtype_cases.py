@@ -71,9 +71,6 @@ for setting in SETTINGS:
     # as ComfyUI's command line sets them; a VAE reads them when it is built
     args.bf16_vae, args.fp16_vae = setting == "--bf16-vae", setting == "--fp16-vae"
     vae = comfy.sd.VAE(sd=sd)
-    # the bed cannot move a module to the NPU under inference_mode (its NpuTensor answers
-    # torch._has_compatible_shallow_copy_type(cpu, npu) with a device error): load first
-    comfy.model_management.load_models_gpu([vae.patcher])
     npu_device.reset_dtype_findings()
     sys.stderr.flush()
     lines, sys.stderr = sys.stderr, io.StringIO()  # the shim's lines of this VAE alone
