@@ -60,6 +60,19 @@ def pyenv_pythons():
     return found
 
 
+_CACHE_HOMES = []
+
+
+def fresh_cache_home():
+    """A path no other child was given (not created: a child that writes creates it)."""
+    if not _CACHE_HOMES:
+        import tempfile
+
+        _CACHE_HOMES.append(tempfile.mkdtemp(prefix="ascend_shim-test-cache-"))
+    _CACHE_HOMES.append(None)
+    return os.path.join(_CACHE_HOMES[0], str(len(_CACHE_HOMES)))
+
+
 def scrubbed_env(**extra):
     """A minimal environment: no PYTHON*, no ASCEND_SHIM*, no torch autoload.
 
@@ -70,6 +83,9 @@ def scrubbed_env(**extra):
            if k in os.environ}
     env["TORCH_DEVICE_BACKEND_AUTOLOAD"] = "0"
     env["PYTHONDONTWRITEBYTECODE"] = "1"
+    # what the shim keeps for status/doctor (engine/kept.py) starts empty in every child, never
+    # the user's ~/.cache; a test that reads it back passes its own XDG_CACHE_HOME to both
+    env["XDG_CACHE_HOME"] = fresh_cache_home()
     env["PIP_DISABLE_PIP_VERSION_CHECK"] = "1"
     for key, value in extra.items():
         if value is not None:

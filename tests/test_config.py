@@ -8,7 +8,7 @@ from ascend_shim.startup.config import Config
 def test_defaults():
     config = Config({})
     assert config.as_dict() == {"enabled": True, "disabled": [], "debug": False, "strict": False,
-                                "mmap": "auto", "int8": "auto", "fp8": "auto"}
+                                "mmap": "auto", "int8": "auto", "fp8": "auto", "audit": False}
 
 
 @pytest.mark.parametrize("value,enabled", [("0", False), ("false", False), (" OFF ", False), ("no", False),
@@ -44,3 +44,14 @@ def test_unknown_disable_names_are_one_short_line_even_when_long(capsys):
     assert line.startswith("ascend_shim: warning: ASCEND_SHIM_DISABLE ignores unknown xxxx")
     assert "(307 characters)" in line and line.endswith("`python -m ascend_shim status` lists the patches")
     assert len(line) <= 170
+
+
+def test_audit_is_off_unless_asked_and_a_bad_value_says_so(capsys):
+    assert Config({}).audit is False
+    assert Config({"ASCEND_SHIM_AUDIT": "1"}).audit is True and Config({"ASCEND_SHIM_AUDIT": " On "}).audit is True
+    assert Config({"ASCEND_SHIM_AUDIT": "0"}).audit is False
+    assert capsys.readouterr().err == ""
+    assert Config({"ASCEND_SHIM_AUDIT": "verbose"}).audit is False
+    err = capsys.readouterr().err.splitlines()
+    assert len(err) == 1 and "ASCEND_SHIM_AUDIT='verbose' is not recognised" in err[0]
+    assert "using the default (off)" in err[0]

@@ -13,7 +13,7 @@ import pytest
 import harness
 
 DOCTOR_KEYS = {"python", "torch", "torch_npu", "cann", "npu", "comfy_kitchen", "comfyui", "shim",
-               "alloc_conf", "environment", "findings", "ok"}
+               "alloc_conf", "environment", "findings", "ok", "vae_dtype"}
 
 
 def doctor(python, cwd, env, *args):

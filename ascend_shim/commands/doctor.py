@@ -18,7 +18,7 @@ from ascend_shim.engine import versions
 
 ENV_VARS = (
     "ASCEND_SHIM", "ASCEND_SHIM_DISABLE", "ASCEND_SHIM_DEBUG", "ASCEND_SHIM_STRICT",
-    "ASCEND_SHIM_MMAP", "ASCEND_SHIM_INT8", "ASCEND_SHIM_FP8",
+    "ASCEND_SHIM_MMAP", "ASCEND_SHIM_INT8", "ASCEND_SHIM_FP8", "ASCEND_SHIM_AUDIT",
     "PYTORCH_NPU_ALLOC_CONF", "PYTORCH_ALLOC_CONF", "PYTORCH_CUDA_ALLOC_CONF",
     "ASCEND_RT_VISIBLE_DEVICES", "TORCH_DEVICE_BACKEND_AUTOLOAD",
     "TORCH_NPU_FALLBACK_CPU_DISABLE", "ASCEND_TOOLKIT_HOME", "ASCEND_HOME_PATH",
@@ -270,6 +270,26 @@ def _int8_on_the_cpu(report, findings):
                      "leave int_mm out of ASCEND_SHIM_DISABLE")
 
 
+def _forced_vae_dtype(report, findings):
+    """A VAE that ComfyUI's --bf16-vae/--fp16-vae put outside torch_npu's dtype table in the
+    last run that met one (patches/vae_dtype.py keeps it): named, with what the VAE declares."""
+    from ascend_shim.engine import kept
+    from ascend_shim.patches import vae_dtype
+
+    found = kept.load("vae_dtype")
+    report["vae_dtype"] = found
+    if not found:
+        return
+    try:
+        findings.add(WARNING, "%s forced the %s into %s in a ComfyUI run (process %s, %s), a dtype it does not "
+                     "declare (its dtypes: %s): torch_npu documents %s" % (
+                         found["flag"], found["vae"], found["dtype"], found["pid"], found["time"],
+                         ", ".join(found["declared"]), vae_dtype.documented(found)),
+                     "start ComfyUI without %s: it overrides the dtypes every VAE declares" % found["flag"])
+    except (KeyError, TypeError, AttributeError, IndexError):
+        findings.add(INFO, "an unreadable forced-VAE finding is kept at %s" % kept.path("vae_dtype"))
+
+
 def collect(comfyui_dir=None):
     report: Dict[str, Any] = {"python": {"version": platform.python_version(), "executable": sys.executable,
                                          "venv": sys.prefix != getattr(sys, "base_prefix", sys.prefix)}}
@@ -287,6 +307,7 @@ def collect(comfyui_dir=None):
     _environment(report, findings, report.get("torch"))
     _fp8_int8_combination(report, findings)
     _int8_on_the_cpu(report, findings)
+    _forced_vae_dtype(report, findings)
     if report["comfyui"]:  # last: it runs ComfyUI code, which the shim may patch (the environment too)
         from ascend_shim.commands import comfyui_kitchen
 

@@ -99,11 +99,35 @@ def sampler_ops_lines(ops):
     return [fill("served on the NPU by the shim instead of torch_npu's CPU fallback: %s" % served, 2)]
 
 
-def fallback_lines(data, seen):
+def fallback_lines(data, section):
     from ascend_shim.engine.fallback_report import status_lines
 
+    section = section or {}
     npu = bool((data.get("machine") or {}).get("npu"))
-    return [fill(line, 6) for line in status_lines(seen or {}, npu)]
+    return [fill(line, 6) for line in status_lines(section.get("seen") or {}, npu,
+                                                   audited=bool(section.get("visible")))]
+
+
+def audit_lines(data, audit):
+    """The audit (engine/audit.py): on or off here, and the last prompt it audited."""
+    if not audit:
+        return []
+    if audit.get("broken"):
+        lines = ["audit: off after its own error (%s)" % audit["broken"]]
+    elif audit.get("on"):
+        lines = ["audit: on (ASCEND_SHIM_AUDIT): %d prompts audited in this process" % audit.get("prompts", 0)]
+    else:
+        lines = ["audit: off here (ASCEND_SHIM_AUDIT=1 names, per ComfyUI prompt, each op without an NPU "
+                 "kernel and each call outside torch_npu's documented dtypes)"]
+    last = audit.get("last") or audit.get("saved")
+    if last:
+        where = "this process" if audit.get("last") else "process %s" % last.get("pid")
+        lines.append("  last audited prompt (%s, %s): %d aten calls, %d findings" % (
+            where, last.get("time"), last.get("calls", 0), len(last.get("findings") or ())))
+        for f in last.get("findings") or ():
+            what = f["op"] if f["kind"] == "cpu fallback" else "%s %s" % (f["op"], f["detail"])
+            lines.append("    %s: %s x%d at %s" % (f["kind"], what, f["count"], f["frame"]))
+    return [fill(line, 6) for line in lines]
 
 
 RENDERED = (  # (declared sections, their lines), in the order shown
@@ -113,4 +137,5 @@ RENDERED = (  # (declared sections, their lines), in the order shown
     (("attention",), lambda data, attention: attention_lines(attention)),
     (("sampler_ops",), lambda data, ops: sampler_ops_lines(ops)),
     (("cpu_fallbacks",), fallback_lines),
+    (("audit",), audit_lines),
 )

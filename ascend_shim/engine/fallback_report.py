@@ -109,10 +109,13 @@ def native_line_off(environ: Optional[Mapping[str, str]] = None) -> Optional[str
 
 
 def status_lines(seen: Mapping[str, object], npu: bool,
-                 environ: Optional[Mapping[str, str]] = None) -> List[str]:
-    """``status``'s lines about CPU fallbacks, each true as printed."""
+                 environ: Optional[Mapping[str, str]] = None, audited: bool = False) -> List[str]:
+    """``status``'s lines about CPU fallbacks, each true as printed (``audited``: the
+    audit watched this process's prompts, so none seen means none ran)."""
     if seen:
         return ["CPU fallbacks seen: %s" % ", ".join(sorted(seen))]
+    if audited:
+        return ["CPU fallbacks seen: none in the prompts the audit watched"]
     if not npu:
         return ["CPU fallbacks seen: none"]
     off = native_line_off(environ)

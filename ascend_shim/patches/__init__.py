@@ -8,6 +8,7 @@ from ascend_shim.patches import (
     alloc_conf_withdraw,
     announce,
     attention_account,
+    audit,
     bf16_legacy,
     compute_probes,
     cpu_fallbacks,
@@ -27,6 +28,7 @@ from ascend_shim.patches import (
     prompt_report,
     sampler_ops,
     synchronize,
+    vae_dtype,
 )
 
 PATCHES = [
@@ -50,7 +52,9 @@ PATCHES = [
     fp8_state_dict.PATCH,
     fp8_layer.PATCH,
     fp8_loader_options.PATCH,
+    vae_dtype.PATCH,
     cpu_fallbacks.PATCH,
     prompt_report.PATCH,
+    audit.PATCH,
     announce.PATCH,
 ]

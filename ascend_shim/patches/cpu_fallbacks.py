@@ -29,9 +29,24 @@ def apply(changes, torch_npu):
 
 
 def report():
-    from ascend_shim.engine import fallback_report
+    """Whether fallbacks were visible in this process, and the ops seen: never a bare
+    ``{}`` that a program would read as "none" where nothing could see them."""
+    import sys
 
-    return {"cpu_fallbacks": fallback_report.report()}
+    from ascend_shim.engine import fallback_report
+    from ascend_shim.engine.records import records
+
+    seen = fallback_report.report()
+    record = records().get("audit")
+    visible = record is not None and record.state == "applied"
+    audit = sys.modules.get("ascend_shim.engine.audit")
+    if visible and audit is not None:
+        for op, count in audit.fallback_ops().items():
+            seen.setdefault(op, {"where": "the audit's last prompt", "count": count})
+    how = ("the audit (ASCEND_SHIM_AUDIT=1) asks the dispatcher for every op of each prompt" if visible else
+           "not visible: torch_npu reports a fallback only as a C++ line on stderr "
+           "(ASCEND_SHIM_AUDIT=1 makes them visible, per prompt)")
+    return {"cpu_fallbacks": {"visible": visible, "how": how, "seen": seen}}
 
 
 PATCH = Patch(

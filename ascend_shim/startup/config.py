@@ -85,7 +85,7 @@ def _names(env, name):
 class Config:
     """A snapshot of the ASCEND_SHIM* variables."""
 
-    __slots__ = ("enabled", "disabled", "debug", "strict", "mmap", "int8", "fp8")
+    __slots__ = ("enabled", "disabled", "debug", "strict", "mmap", "int8", "fp8", "audit")
 
     def __init__(self, env):
         self.enabled = _flag(env, "ASCEND_SHIM", True)
@@ -95,6 +95,8 @@ class Config:
         self.mmap = _choice(env, "ASCEND_SHIM_MMAP")
         self.int8 = _choice(env, "ASCEND_SHIM_INT8")
         self.fp8 = _choice(env, "ASCEND_SHIM_FP8")
+        # per prompt: ops without an NPU kernel, ops outside torch_npu's dtype table (engine/audit.py)
+        self.audit = _flag(env, "ASCEND_SHIM_AUDIT", False)
 
     def patch_disabled(self, name):
         return "*" in self.disabled or name in self.disabled
@@ -108,6 +110,7 @@ class Config:
             "mmap": self.mmap,
             "int8": self.int8,
             "fp8": self.fp8,
+            "audit": self.audit,
         }
 
 
