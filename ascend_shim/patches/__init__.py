@@ -24,8 +24,10 @@ from ascend_shim.patches import (
     kitchen_priority,
     memory_summary,
     mmap,
+    oom,
     prompt_report,
     synchronize,
+    thread_device,
 )
 
 PATCHES = [
@@ -40,6 +42,8 @@ PATCHES = [
     import_constants.PATCH,
     device_list.PATCH,
     synchronize.PATCH,
+    thread_device.PATCH,
+    oom.PATCH,
     attention_account.PATCH,
     memory_summary.PATCH,
     bf16_legacy.PATCH,
