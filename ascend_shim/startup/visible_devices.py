@@ -69,13 +69,13 @@ def carry_over(environ=None):
     env[ASCEND] = ",".join(str(card) for card in cards)
     if problem:
         _warn("%s=%r: %s, so the NPU gets cards %s (what CUDA reads)"
-              % (CUDA, _short(cuda), problem, env[ASCEND]))
+              % (CUDA, _short(cuda), problem, _short(env[ASCEND])))
 
 
 def after_import(count, environ=None):
     """torch_npu has executed and sees ``count`` cards (None: it did not import, no NPU stack
-    here: the carried value is taken back, nothing is left for child processes). Fewer cards
-    than carried is said in one line."""
+    here: the carried value is taken back, nothing is left for child processes). No card at
+    all is said in one line."""
     env = os.environ if environ is None else environ
     if not _choice.get("carried"):
         return
@@ -86,10 +86,9 @@ def after_import(count, environ=None):
         _choice["carried"] = False
         return
     _choice["count"] = count
-    if count < len(_choice["cards"]):
-        _warn("%s=%r names %d card(s), torch_npu sees %d: ACL reads %s=%s up to the first card "
-              "this machine lacks" % (CUDA, _short(_choice["value"]), len(_choice["cards"]), count,
-                                      ASCEND, carried))
+    if count == 0:  # fewer than named is what CUDA does too (it stops at a card it lacks); none is not
+        _warn("%s=%r names no card of this machine: torch_npu sees none (%s=%s); ComfyUI finds no NPU"
+              % (CUDA, _short(_choice["value"]), ASCEND, _short(carried or "")))
 
 
 def describe(count):
@@ -106,8 +105,8 @@ def describe(count):
     if variable == ASCEND:
         return "%d card(s) visible, chosen by %s=%s" % (count, ASCEND, _short(_choice["value"]))
     if _choice.get("carried"):
-        return "%d card(s) visible, chosen by %s=%s (carried to %s=%s)" % (
-            count, CUDA, _short(_choice["value"]), ASCEND, ",".join(str(c) for c in _choice["cards"]))
+        return "%d card(s) visible, chosen by %s=%s (carried to %s)" % (
+            count, CUDA, _short(_choice["value"]), ASCEND)
     return "all %d card(s) visible (%s=%s names no card; %s not set)" % (
         count, CUDA, _short(_choice["value"]), ASCEND)
 

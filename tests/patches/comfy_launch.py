@@ -3,11 +3,12 @@
     python comfy_launch.py <comfyui-dir> <main.py flags...>
 
 main.py runs as ``python main.py`` would (its ``--cuda-device`` / ``--default-device``
-environment, then comfy.utils, execution and comfy.model_management, which imports
-torch_npu) up to its ``import server``: there ComfyUI's device is known. One matmul on it,
-then the last stdout line is JSON: ComfyUI's device, the visible cards and the physical
-card each stands for (testbed.npu_device), the physical card the matmul ran on, the two
-variables as torch_npu read them, the shim's stderr lines are in the process's stderr.
+environment, then comfy.utils and execution, which imports comfy.model_management, which
+imports torch_npu) up to the first import after comfy.model_management has executed (and
+the shim patched it): there ComfyUI's device is known. One matmul on it, then the last
+stdout line is JSON: ComfyUI's device, the visible cards and the physical card each stands
+for (testbed.npu_device), the physical card the matmul ran on, the two variables as
+torch_npu read them. The shim's lines are in the process's stderr.
 """
 
 import json
@@ -43,14 +44,17 @@ def report():
     return out
 
 
-def at_server_import(event, args):
-    if event == "import" and args and args[0] == "server":
+def after_model_management(event, args):
+    if event != "import":
+        return
+    mm = sys.modules.get("comfy.model_management")
+    if mm is not None and getattr(mm.__spec__, "_initializing", True) is False:
         print(json.dumps(report()), flush=True)
         sys.stderr.flush()
         os._exit(0)
 
 
-sys.addaudithook(at_server_import)
+sys.addaudithook(after_model_management)
 sys.path.insert(0, comfy_dir)
 sys.argv = [os.path.join(comfy_dir, "main.py"), *flags]
 runpy.run_path(sys.argv[0], run_name="__main__")
