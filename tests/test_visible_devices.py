@@ -94,3 +94,15 @@ def test_taken_back_where_torch_npu_does_not_import(capsys):
     vd.carry_over(env)
     vd.after_import(None, env)  # no NPU stack: no trace left for child processes
     assert env == {CUDA: "2"} and lines(capsys) == []
+
+
+@pytest.mark.parametrize("command, label", [("status", "\n  cards "), ("doctor", "\nNPU cards ")])
+def test_status_and_doctor_name_the_cards_and_the_variable(bed_python, tmp_path, command, label):
+    import harness
+
+    env = harness.bed_env("ascend-cu130", TESTBED_NPU_COUNT="8", CUDA_VISIBLE_DEVICES="6,2")
+    proc = harness.run([str(bed_python), "-m", "ascend_shim", command], env, tmp_path)
+    shown = proc.stdout.split(label)[1].split("\n")[0:2]  # status wraps at its width
+    text = " ".join(" ".join(shown).split())
+    assert text.startswith("2 card(s) visible, chosen by CUDA_VISIBLE_DEVICES=6,2 (carried to "
+                           "ASCEND_RT_VISIBLE_DEVICES)"), proc.stdout

@@ -97,7 +97,7 @@ def _torch_npu(torch, report, findings):
     if available:
         from ascend_shim.startup import visible_devices
 
-        report["npu"]["cards"] = visible_devices.describe(count)
+        report["npu_cards"] = visible_devices.describe(count)
     if not available:
         findings.add(PROBLEM, "torch_npu imports but no NPU is available",
                      "check `npu-smi info`, the driver, and ASCEND_RT_VISIBLE_DEVICES")
@@ -287,6 +287,7 @@ def collect(comfyui_dir=None):
         report.setdefault("torch_npu", {"installed": importlib.util.find_spec("torch_npu") is not None})
         report.setdefault("npu", {"available": False, "count": 0, "name": None})
     report.setdefault("cann", None)
+    report.setdefault("npu_cards", None)  # which variable chose the visible cards, where there are cards
     _kitchen(report, findings)
     _comfyui(report, findings, comfyui_dir)
     _shim(report, findings, torch_npu is not None and report["npu"]["available"])

@@ -227,7 +227,7 @@ def headline(data):
         lines.append("  import hook  NOT installed at startup: %s" % startup["why_not"])
     lines.append("  machine      %s" % machine["summary"])
     if machine.get("cards"):
-        lines.append("  cards        %s" % machine["cards"])
+        lines.append(fill(machine["cards"], 15, first="  cards        "))
     shim = data.get("shim", {})
     if shim.get("status_error"):
         lines.append("  engine       cannot report its patches: %s" % shim["status_error"])

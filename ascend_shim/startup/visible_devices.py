@@ -98,10 +98,10 @@ def describe(count):
         variable = ASCEND
         _choice.update(variable=ASCEND, value=os.environ[ASCEND], carried=False)
     if variable is None and CUDA in os.environ:
-        return "all %d card(s) visible (%s=%s is not read by torch_npu; %s not set)" % (
+        return "all %d card(s) visible (torch_npu does not read %s=%s; %s unset)" % (
             count, CUDA, _short(os.environ[CUDA]), ASCEND)
     if variable is None:
-        return "all %d card(s) visible (neither %s nor %s set)" % (count, ASCEND, CUDA)
+        return "all %d card(s) visible (%s and %s unset)" % (count, ASCEND, CUDA)
     if variable == ASCEND:
         return "%d card(s) visible, chosen by %s=%s" % (count, ASCEND, _short(_choice["value"]))
     if _choice.get("carried"):
