@@ -41,6 +41,13 @@ def test_carried_over_where_only_cuda_is_set(capsys):
                               "(carried to ASCEND_RT_VISIBLE_DEVICES)")
 
 
+def test_carrying_twice_keeps_the_first_reading(capsys):
+    env = {CUDA: "3,1"}
+    vd.carry_over(env)
+    vd.carry_over(env)
+    assert env[ASCEND] == "3,1" and vd.choice()["variable"] == CUDA and lines(capsys) == []
+
+
 def test_never_over_a_value_the_user_gave(capsys):
     env = {CUDA: "1", ASCEND: "6"}
     vd.carry_over(env)

@@ -53,6 +53,8 @@ def carry_over(environ=None):
     """Give ASCEND_RT_VISIBLE_DEVICES the cards CUDA_VISIBLE_DEVICES names, where the user set
     the CUDA variable and not the Ascend one; record what chose the cards. Never raises."""
     env = os.environ if environ is None else environ
+    if _choice.get("carried") and env.get(ASCEND) == ",".join(str(c) for c in _choice["cards"]):
+        return  # carried already in this process (status, then an import of ComfyUI)
     _choice.clear()
     if ASCEND in env:
         _choice.update(variable=ASCEND, value=env[ASCEND], carried=False)
