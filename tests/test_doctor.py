@@ -12,7 +12,7 @@ import pytest
 
 import harness
 
-DOCTOR_KEYS = {"python", "torch", "torch_npu", "cann", "npu", "comfy_kitchen", "comfyui", "shim",
+DOCTOR_KEYS = {"python", "torch", "torch_npu", "cann", "npu", "npu_cards", "comfy_kitchen", "comfyui", "shim",
                "alloc_conf", "environment", "findings", "ok", "vae_dtype"}
 
 

@@ -94,6 +94,10 @@ def _torch_npu(torch, report, findings):
         available, count, name = False, 0, None
         findings.add(PROBLEM, "torch.npu fails: %s" % exc, "check the NPU driver and ASCEND_RT_VISIBLE_DEVICES")
     report["npu"] = {"available": available, "count": count, "name": name}
+    if available:
+        from ascend_shim.startup import visible_devices
+
+        report["npu_cards"] = visible_devices.describe(count)
     if not available:
         findings.add(PROBLEM, "torch_npu imports but no NPU is available",
                      "check `npu-smi info`, the driver, and ASCEND_RT_VISIBLE_DEVICES")
@@ -294,12 +298,16 @@ def collect(comfyui_dir=None):
     report: Dict[str, Any] = {"python": {"version": platform.python_version(), "executable": sys.executable,
                                          "venv": sys.prefix != getattr(sys, "base_prefix", sys.prefix)}}
     findings = Findings()
+    from ascend_shim.startup import visible_devices
+
+    visible_devices.for_report()  # before torch, which may autoload torch_npu
     torch = _torch(report, findings)
     torch_npu = _torch_npu(torch, report, findings) if torch is not None else None
     if torch is None:
         report.setdefault("torch_npu", {"installed": importlib.util.find_spec("torch_npu") is not None})
         report.setdefault("npu", {"available": False, "count": 0, "name": None})
     report.setdefault("cann", None)
+    report.setdefault("npu_cards", None)  # which variable chose the visible cards, where there are cards
     _kitchen(report, findings)
     _comfyui(report, findings, comfyui_dir)
     _shim(report, findings, torch_npu is not None and report["npu"]["available"])

@@ -30,6 +30,7 @@ def text_report(report: dict, comfyui_dir: Optional[str] = None) -> str:
                              else "does not import: %s" % report["torch_npu"].get("error"))),
         "CANN        %s" % (report["cann"] or "unknown"),
         "NPU         %s" % ("%d x %s" % (npu["count"], npu["name"]) if npu["available"] else "none"),
+        *(["NPU cards   %s" % report["npu_cards"]] if report.get("npu_cards") else []),
         "kitchen     %s" % ((report["comfy_kitchen"].get("version") or "?") +
                             (" (upstream ascend backend)" if report["comfy_kitchen"].get("upstream_ascend_backend") else "")
                             if report["comfy_kitchen"]["installed"] else "not installed"),

@@ -23,13 +23,17 @@ def _first_line(exc):
 
 
 def see():
-    """{"npu", "count", "name", "torch", "torch_npu", "summary"} for this interpreter."""
+    """{"npu", "count", "name", "torch", "torch_npu", "summary"} for this interpreter, and
+    "cards" (which variable chose the visible cards) where there is an NPU."""
     seen: Dict[str, Any] = {"npu": False, "count": 0, "name": None, "torch": None, "torch_npu": None}
     if not _installed("torch"):
         seen["torch"] = "not installed"
         seen["torch_npu"] = "installed" if _installed("torch_npu") else "not installed"
         seen["summary"] = "no NPU: torch is not installed in this interpreter, %s" % INERT
         return seen
+    from ascend_shim.startup import visible_devices
+
+    visible_devices.for_report()  # before torch, which may autoload torch_npu
     try:
         import torch
     except Exception as exc:
@@ -58,6 +62,6 @@ def see():
     if not count:
         seen["summary"] = "no NPU: torch_npu imports but sees no device, %s" % INERT
         return seen
-    seen.update(npu=True, count=count, name=name)
+    seen.update(npu=True, count=count, name=name, cards=visible_devices.describe(count))
     seen["summary"] = "%d x %s (torch %s, torch_npu %s)" % (count, name, seen["torch"], seen["torch_npu"])
     return seen

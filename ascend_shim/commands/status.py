@@ -226,6 +226,8 @@ def headline(data):
     else:
         lines.append("  import hook  NOT installed at startup: %s" % startup["why_not"])
     lines.append("  machine      %s" % machine["summary"])
+    if machine.get("cards"):
+        lines.append(fill(machine["cards"], 15, first="  cards        "))
     shim = data.get("shim", {})
     if shim.get("status_error"):
         lines.append("  engine       cannot report its patches: %s" % shim["status_error"])

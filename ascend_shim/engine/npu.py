@@ -1,5 +1,7 @@
 """Is there a usable Ascend NPU in this process? (imports nothing until asked)"""
 
+import re
+
 
 def npu_reason():
     """None when torch_npu imports and an NPU is available, else why not."""
@@ -27,3 +29,39 @@ def is_out_of_memory(exc: BaseException) -> bool:
     # torch.OutOfMemoryError exists from torch 2.5; older stacks say it in the text
     oom = getattr(torch, "OutOfMemoryError", ())
     return isinstance(exc, oom) or "out of memory" in str(exc).lower()
+
+
+# torch_npu's caching allocator: "NPU out of memory. Tried to allocate 52.00 MiB (NPU 3; 60.96 GiB
+# total capacity; ...)", a RuntimeError in older releases, torch.OutOfMemoryError in newer ones
+_ALLOCATOR_OOM = re.compile(r"^(?:\S+:\d+ )?NPU out of memory\. Tried to allocate ")
+_OOM_CARD = re.compile(r"\(NPU (\d+);")
+# an ACL call torch_npu checked: "<where> NPU function error: call aclnnX failed, error code is
+# 207001" then "[Error]: Failed to apply for memory." and "EL0004: ... Failed to allocate memory."
+_ACL_ERROR = re.compile(r"NPU (?:function )?error\b.*error code is (\d+)")
+_ACL_OUT_OF_MEMORY = ("207001",)  # ACL_ERROR_RT_MEMORY_ALLOCATION
+_ACL_OOM_LINE = re.compile(r"^\s*(?:\w+\()?EL0004\b|driver error:\s*out of memory", re.IGNORECASE)
+
+
+def npu_out_of_memory(exc: BaseException) -> bool:
+    """Whether ``exc`` is torch_npu saying a card ran out of memory, in one of its own wordings
+    (the allocator's message, an ACL allocation failure). Stricter than ``is_out_of_memory``:
+    only a RuntimeError whose first line is torch_npu's, so an unrelated error quoting an OOM
+    text (a ValueError, a wrapped message) keeps its meaning."""
+    if not isinstance(exc, RuntimeError):
+        return False
+    lines = str(exc).strip().splitlines()
+    if not lines:
+        return False
+    if _ALLOCATOR_OOM.match(lines[0]):
+        return True
+    acl = _ACL_ERROR.search(lines[0])
+    if acl is None:
+        return False
+    return acl.group(1) in _ACL_OUT_OF_MEMORY or any(_ACL_OOM_LINE.search(line) for line in lines[1:])
+
+
+def oom_card(exc: BaseException) -> "int | None":
+    """The card index an allocator OOM names ("(NPU 3; ..."), None when it names none."""
+    lines = str(exc).strip().splitlines()
+    found = _OOM_CARD.search(lines[0]) if lines else None
+    return int(found.group(1)) if found else None

@@ -25,9 +25,11 @@ from ascend_shim.patches import (
     kitchen_priority,
     memory_summary,
     mmap,
+    oom,
     prompt_report,
     sampler_ops,
     synchronize,
+    thread_device,
     vae_dtype,
 )
 
@@ -44,6 +46,8 @@ PATCHES = [
     import_constants.PATCH,
     device_list.PATCH,
     synchronize.PATCH,
+    thread_device.PATCH,
+    oom.PATCH,
     attention_account.PATCH,
     memory_summary.PATCH,
     bf16_legacy.PATCH,

@@ -17,9 +17,14 @@ def _npu_name():
 
     try:
         count = torch.npu.device_count()  # type: ignore[attr-defined]
-        return "%s x%d" % (torch.npu.get_device_name(0), count)  # type: ignore[attr-defined]
+        name = "%s x%d" % (torch.npu.get_device_name(0), count)  # type: ignore[attr-defined]
     except Exception:
         return "Ascend NPU"
+    from ascend_shim.startup import visible_devices
+
+    if visible_devices.choice().get("variable"):  # a launcher or the user chose the cards
+        name += " (%s)" % visible_devices.describe(count)
+    return name
 
 
 def apply(changes, mm):

@@ -1,8 +1,9 @@
 """``debug_memory_summary()`` reports NPU memory instead of raising KeyError.
 
 ComfyUI calls it from its out-of-memory handler; on a CUDA build without a
-driver ``torch.cuda.memory_summary()`` raises and hides the real OOM. Where
-ComfyUI's flags chose another device, the original answers.
+driver ``torch.cuda.memory_summary()`` raises and hides the real OOM. The summary is
+of the card the OOM named (patch oom), else of this thread's card. Where ComfyUI's flags
+chose another device, the original answers.
 """
 
 from ascend_shim.engine import versions
@@ -16,7 +17,12 @@ def _npu_memory_summary(mm, wrapped, instance, args, kwargs):
         return wrapped(*args, **kwargs)
     import torch
 
+    from ascend_shim.patches.oom import last_oom_card
+
+    card = last_oom_card()
     try:
+        if card is not None and 0 <= card < torch.npu.device_count():  # type: ignore[attr-defined]
+            return torch.npu.memory_summary(card)  # type: ignore[attr-defined]
         return torch.npu.memory_summary()  # type: ignore[attr-defined]
     except Exception as exc:  # never mask the OOM being reported
         return "NPU memory summary unavailable: %s" % exc

@@ -75,6 +75,8 @@ def run(loader, spec, module):
     except AttributeError:
         pass
     _deliver_parent_namespace(name)
+    if name == "torch_npu":
+        _before_torch_npu()
     _executing.add(name)
     try:
         loader.exec_module(module)
@@ -158,6 +160,36 @@ def deliver(module, late=False):
         warn("handling the import of %s failed: %s: %s" % (name, type(exc).__name__, exc))
 
 
+def _before_torch_npu():
+    """In a ComfyUI process (main.py imported comfy.cli_args and set its variables before
+    torch), ACL is given the cards the launcher chose before torch_npu reads them."""
+    if "comfy" not in sys.modules:
+        return
+    try:
+        from ascend_shim.startup import visible_devices
+
+        visible_devices.carry_over()
+    except Exception as exc:
+        if _strict():
+            raise
+        warn("choosing the NPU cards failed: %s: %s" % (type(exc).__name__, exc))
+
+
+def _after_torch_npu():
+    from ascend_shim.startup import visible_devices
+
+    if not visible_devices.choice():
+        return
+    count = None
+    try:
+        import torch
+
+        count = int(torch.npu.device_count())  # type: ignore[attr-defined]
+    except Exception:  # torch_npu did not import or has no runtime: no NPU here
+        pass
+    visible_devices.after_import(count)
+
+
 def _withdraw_without_npu():
     """torch_npu has executed (its own patches decided): without a usable NPU
     no other patch will act in this process, so the shim leaves the import path."""
@@ -167,6 +199,12 @@ def _withdraw_without_npu():
         why = _npu.npu_reason()
     except Exception as exc:  # torch_npu without an importable torch: no NPU either
         why = "torch does not import (%s: %s)" % (type(exc).__name__, exc)
+    try:
+        _after_torch_npu()
+    except Exception as exc:
+        if _strict():
+            raise
+        warn("checking the NPU cards failed: %s: %s" % (type(exc).__name__, exc))
     if why:
         debug("leaving the import path: %s" % why)
         ascend_shim.withdraw(why)

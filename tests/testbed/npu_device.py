@@ -62,6 +62,12 @@ __all__ = [
     "set_device_count",
     "current_device",
     "set_device",
+    "thread_device",
+    "implicit_binds",
+    "reset_implicit_binds",
+    "set_visible",
+    "physical_id",
+    "op_counts_by_device",
     "wrap",
     "unwrap",
     "is_npu_tensor",
@@ -126,7 +132,7 @@ _lock = threading.RLock()
 _state = {
     "active": False,
     "count": 1,
-    "current": 0,
+    "visible": None,  # physical card of each visible index (None: 0..count-1)
     "module": None,
     "allow_hf32": False,  # torch_npu's default for matmul
     "float8": False,  # Atlas A2/A3 hold no float8 tensor; the fake torch_npu sets it per SoC
@@ -135,6 +141,7 @@ _fallback_ops = set(DEFAULT_CPU_FALLBACK_OPS)
 _fallback_log: collections.Counter = collections.Counter()
 _fallback_warned: set = set()
 _op_counts: collections.Counter = collections.Counter()
+_op_counts_by_device: collections.Counter = collections.Counter()  # (npu index, op name)
 _count_ops = False
 # The judge (install_registry): a real torch_npu's kernel registry, the bed's own kernels for it,
 # each op's verdict, and the (op, dtype) calls outside torch_npu's documented dtype table.
@@ -143,6 +150,13 @@ _registry_kernels: dict = {}  # "aten::add.Tensor" -> torch.library key ("aten/a
 _verdicts: dict = {}  # OpOverload -> (verdict, detail)
 _dtype_findings: collections.Counter = collections.Counter()
 _watching = threading.local()  # .depth > 0: inside a watched op's own pieces
+# ACL binds a device to each thread (aclrtSetDevice) and torch_npu keeps the index per
+# thread (c10_npu::GetDevice/SetDevice, NPUFunctions.cpp): a thread that never set one
+# is bound to card 0 at its first query (older releases raised ACL error 107002, "The
+# context is empty", from the allocator instead). The bed keeps the same per-thread
+# state and notes every such implicit bind, so a test sees a thread that never chose.
+_thread = threading.local()
+_implicit_binds: list = []  # names of the threads bound to card 0 implicitly
 
 # Live bytes per device, keyed by the CPU StorageImpl (tracked via weakref on the
 # storage object, which torch keeps alive exactly as long as the StorageImpl).
@@ -168,16 +182,52 @@ def set_device_count(n: int) -> None:
     if n < 0:
         raise ValueError("device count must be >= 0")
     _state["count"] = int(n)
+    _state["visible"] = None
 
 
 def current_device() -> int:
-    return _state["current"]
+    """This thread's device; a thread that never set one is bound to card 0 (noted)."""
+    idx = getattr(_thread, "device", None)
+    if idx is None:
+        idx = _thread.device = 0
+        with _lock:
+            _implicit_binds.append(threading.current_thread().name)
+    return idx
 
 
 def set_device(device) -> None:
     idx = _index_of(device)
     _check_index(idx)
-    _state["current"] = idx
+    _thread.device = idx
+
+
+def thread_device() -> int | None:
+    """This thread's device without binding one (None: it never set or asked)."""
+    return getattr(_thread, "device", None)
+
+
+def implicit_binds() -> list:
+    """Names of the threads bound to card 0 because they asked before setting a device."""
+    with _lock:
+        return list(_implicit_binds)
+
+
+def reset_implicit_binds() -> None:
+    with _lock:
+        _implicit_binds.clear()
+
+
+def set_visible(physical: list) -> None:
+    """The physical cards this process sees, in index order (ASCEND_RT_VISIBLE_DEVICES)."""
+    _state["count"] = len(physical)
+    _state["visible"] = [int(p) for p in physical]
+
+
+def physical_id(index: int) -> int:
+    """The physical card behind visible index ``index``."""
+    _check_index(index)
+    visible = _state["visible"]
+    return index if visible is None else visible[index]
 
 
 def _index_of(device) -> int:
@@ -188,9 +238,9 @@ def _index_of(device) -> int:
     if isinstance(device, torch.device):
         if device.type != DEVICE_TYPE:
             raise RuntimeError(f"Invalid device, must be {DEVICE_TYPE} device, got {device}")
-        return _state["current"] if device.index is None else device.index
+        return current_device() if device.index is None else device.index
     if device is None:
-        return _state["current"]
+        return current_device()
     raise TypeError(f"unsupported device spec {device!r}")
 
 
@@ -325,7 +375,7 @@ def _rebuild(elem, index, requires_grad):
 
 def wrap(t: torch.Tensor, index: int | None = None) -> NpuTensor:
     """An npu tensor sharing storage with CPU tensor ``t`` (no copy)."""
-    idx = _state["current"] if index is None else index
+    idx = current_device() if index is None else index
     _check_index(idx)
     return NpuTensor(t, idx)
 
@@ -500,10 +550,23 @@ def op_counts() -> collections.Counter:
     return collections.Counter(_op_counts)
 
 
+def op_counts_by_device() -> collections.Counter:
+    """Like op_counts, keyed ``(npu index, op name)`` (index None: no npu tensor argument)."""
+    return collections.Counter(_op_counts_by_device)
+
+
+def _first_npu_index(args, kwargs):
+    for a in tree_flatten((args, kwargs))[0]:
+        if isinstance(a, NpuTensor):
+            return a.device.index
+    return None
+
+
 def reset_op_counts(enable: bool | None = None) -> None:
     """Clear the op counter; ``enable`` switches counting on/off (off by default)."""
     global _count_ops
     _op_counts.clear()
+    _op_counts_by_device.clear()
     if enable is not None:
         _count_ops = bool(enable)
 
@@ -616,6 +679,7 @@ def _dispatch(func, args, kwargs):
             return out
     if _count_ops and not (verdict == _reg.COMPOSITE and not func.is_view and schema_name not in _ALIASING_COMPOSITES):
         _op_counts[schema_name] += 1
+        _op_counts_by_device[(_first_npu_index(args, kwargs), schema_name)] += 1
     if schema_name in _NO_OP:
         return None
 
@@ -690,7 +754,7 @@ def _dispatch(func, args, kwargs):
     to_host = isinstance(target, torch.device) and target.type != DEVICE_TYPE
     if isinstance(target, torch.device):
         if target.type == DEVICE_TYPE:
-            out_index = _state["current"] if target.index is None else target.index
+            out_index = current_device() if target.index is None else target.index
             _check_index(out_index)
         else:
             out_index = None
@@ -845,7 +909,7 @@ def _redispatch_custom(func, args, kwargs):
 
 
 def _factory_index(device) -> int:
-    idx = _index_of(device) if device is not None else _state["current"]
+    idx = _index_of(device) if device is not None else current_device()
     _check_index(idx)
     return idx
 

@@ -5,7 +5,8 @@ real package.  Environment knobs (read at import):
 
 TESTBED_TORCH_NPU_IMPORT_ERROR  raise ImportError(<value>) (CANN not sourced, ...)
 TESTBED_NPU_COUNT               number of cards (default 1; 0 = none visible)
-ASCEND_RT_VISIBLE_DEVICES       further limits the cards, as on a real box
+ASCEND_RT_VISIBLE_DEVICES       chooses and orders the cards, as on a real box (physical ids
+                                in testbed.npu_device.physical_id)
 TESTBED_TORCH_NPU_VERSION       ``__version__`` (default 2.12.0)
 TESTBED_NPU_OPS                 which fused ops exist (default
                                 "dynamic_quant,quant_matmul,rotary_mul,rms_norm"; "" = none)
@@ -60,13 +61,21 @@ except _npu_registry.RegistryMissing as _missing:
     raise
 
 
-def _visible_count() -> int:
+def _visible_cards() -> list:
+    """The physical cards ACL lets this process see (CANN's envref ASCEND_RT_VISIBLE_DEVICES):
+    comma-separated IDs in the order given; reading stops at the first entry that is not a
+    digit string or names no card (\"1,3,8\" on 8 cards: 1 and 3). A repeated ID is not
+    documented; the bed stops there too."""
     count = int(_os.environ.get("TESTBED_NPU_COUNT", "1"))
     visible = _os.environ.get("ASCEND_RT_VISIBLE_DEVICES")
-    if visible is not None:
-        ids = [v.strip() for v in visible.split(",") if v.strip()]
-        count = len([v for v in ids if v.isdigit() and int(v) < count])
-    return count
+    if visible is None:
+        return list(range(count))
+    cards: list = []
+    for entry in visible.split(","):
+        if not (entry.isascii() and entry.isdigit()) or int(entry) >= count or int(entry) in cards:
+            break
+        cards.append(int(entry))
+    return cards
 
 
 _FLOAT8_SOCS = ("Ascend950",)  # Atlas A2 (910B) and A3 (910_93) hold no float8
@@ -76,7 +85,8 @@ __version__ = _os.environ.get("TESTBED_TORCH_NPU_VERSION", "2.12.0")
 from . import _attention, _testbed, npu, utils  # noqa: E402
 from ._ops import get_npu_format, npu_format_cast  # noqa: E402
 
-_npu_device.activate(backend_module=npu, count=_visible_count())
+_npu_device.activate(backend_module=npu)
+_npu_device.set_visible(_visible_cards())
 _npu_device.set_float8_storage(npu.DEVICE_NAME.startswith(_FLOAT8_SOCS))
 _sys.modules["torch.npu.memory"] = npu.memory
 _attention.register()

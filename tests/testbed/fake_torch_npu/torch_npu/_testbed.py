@@ -19,6 +19,7 @@ from testbed import npu_device
 MAX_RECORDS = 1024
 
 calls: collections.Counter = collections.Counter()
+device_calls: collections.Counter = collections.Counter()  # (device of the first tensor, op)
 nbytes: collections.Counter = collections.Counter()
 counters: collections.Counter = collections.Counter()  # runtime calls: synchronize, empty_cache, ...
 records: collections.deque = collections.deque(maxlen=MAX_RECORDS)
@@ -86,6 +87,7 @@ def record(op: str, tensors: dict, options: dict, notes: dict | None = None) -> 
     )
     with _lock:
         calls[op] += 1
+        device_calls[(str(next(iter(present.values())).device) if present else None, op)] += 1
         nbytes[op] += size
         records.append(rec)
     return rec
@@ -101,6 +103,7 @@ def reset() -> None:
     """Forget all calls, records, errors and runtime counters."""
     with _lock:
         calls.clear()
+        device_calls.clear()
         nbytes.clear()
         counters.clear()
         records.clear()
