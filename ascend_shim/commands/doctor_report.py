@@ -69,6 +69,8 @@ def _comfyui_line(comfyui: Optional[dict], given: Optional[str]) -> str:
     if comfyui is None:
         return "not found here (run doctor in the ComfyUI folder, or pass --comfyui DIR)"
     support = "" if comfyui["supports_ascend"] else ", predates Ascend support"
+    if comfyui.get("starts"):
+        support += ", starts (what main.py imports before it serves imports)"
     return "%s at %s%s" % (comfyui["version"] or "version unknown", comfyui["path"], support)
 
 
