@@ -191,7 +191,7 @@ def _alloc_conf(report):
     """What PYTORCH_NPU_ALLOC_CONF will really be for ComfyUI on this machine."""
     from ascend_shim.startup import config as _config
 
-    own = os.environ.get("PYTORCH_NPU_ALLOC_CONF")
+    own = os.environ.get("PYTORCH_NPU_ALLOC_CONF", "").strip() or None  # empty: no setting
     torch_npu = report["torch_npu"]
     if not torch_npu.get("installed"):
         state = "not relevant: torch_npu is not installed"

@@ -40,7 +40,7 @@ def late_line():
         return None
     _said["late_told"] = True
     late = [name for name in _records.applied_names() if name not in _said["named"]]
-    return "ascend_shim: also patched after the startup line: %s" % ", ".join(late) if late else None
+    return "ascend_shim also patched after its startup line: %s" % ", ".join(late) if late else None
 
 
 def _warn_cpu_bound_int8():

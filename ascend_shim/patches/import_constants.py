@@ -59,12 +59,12 @@ def apply(changes, mm):
 def turned_off_line(turned_off):
     """One console line after ComfyUI's own "Using async weight offloading" /
     "Enabled pinned memory": what the shim took back, and why."""
-    return ("ascend_shim: on the NPU, ComfyUI's %s %s off again (%s): ComfyUI turned %s on because "
+    return ("ascend_shim turned ComfyUI's %s off again on the NPU (%s): ComfyUI turned %s on because "
             "this CUDA-build torch made is_nvidia() True, and its code for %s calls CUDA (torch.cuda "
             "streams, cudaHostRegister); torch_npu has streams and host pinning of its own, which this "
             "ComfyUI does not use for the NPU, and whether they would speed up offloading is unmeasured "
             "on a real 910B (--async-offload, --pin-shared-memory keep ComfyUI's choice)"
-            % (" and ".join(what for what, _ in turned_off), "are" if len(turned_off) > 1 else "is",
+            % (" and ".join(what for what, _ in turned_off),
                ", ".join(value for _, value in turned_off), "them" if len(turned_off) > 1 else "it",
                "them" if len(turned_off) > 1 else "it"))
 
