@@ -145,8 +145,9 @@ def _comfyui(report, findings, directory):
         if directory:
             findings.add(PROBLEM, "no ComfyUI in %s (it has no comfy/model_management.py)" % folder,
                          "give --comfyui the folder that holds ComfyUI's main.py and comfy/")
-        else:  # no verdict about a ComfyUI doctor did not see
-            findings.add(PROBLEM, "ComfyUI not checked: %s is not a ComfyUI folder (it has no "
+        else:  # no verdict about a ComfyUI doctor did not see; off Ascend, nothing to stop
+            ascend = report["npu"]["available"] or report["torch_npu"].get("installed")
+            findings.add(PROBLEM if ascend else INFO, "ComfyUI not checked: %s is not a ComfyUI folder (it has no "
                          "comfy/model_management.py)" % folder,
                          "run doctor inside the ComfyUI folder, or pass --comfyui DIR")
         return
