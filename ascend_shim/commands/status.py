@@ -260,6 +260,9 @@ def why_failed(name, error, machine):
     if error.startswith("ModuleNotFoundError") and "'%s'" % root in error and root in ("comfy", "execution"):
         return ("`%s` is ComfyUI's own folder, not an installed package: cd into the ComfyUI "
                 "folder (the one holding main.py) and run this again" % root)
+    paired = _paired_fix(name, error, machine)
+    if paired:
+        return paired
     if machine["npu"] or root not in ("comfy", "execution"):
         return None
     text = ("no NPU here, so the shim did nothing: this is ComfyUI's own error on this machine")
@@ -267,6 +270,23 @@ def why_failed(name, error, machine):
         text += (" (ComfyUI took its CUDA path); on a machine without a working NVIDIA GPU "
                  "start ComfyUI with --cpu")
     return text
+
+
+def _paired_fix(name, error, machine):
+    """A torchvision/torchaudio that is missing or built for another torch: the pair that matches,
+    named here rather than sending the user on to doctor (which names the same)."""
+    import re
+
+    from ascend_shim.commands import comfyui_start
+
+    missing = re.search(r"No module named '(\w+)", error)
+    package = missing.group(1) if missing else None
+    if package not in comfyui_start.PAIRED and "torchvision::" not in error:
+        return None
+    torch_version = machine.get("torch") or ""
+    if not re.match(r"\d", torch_version):
+        return None
+    return "ComfyUI needs it before it serves: " + comfyui_start.fix_for(name, error, package, torch_version)
 
 
 def next_step(data):

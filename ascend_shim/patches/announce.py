@@ -26,7 +26,7 @@ def _npu_name():
 
 def apply(changes, mm):
     patched = _records.applied_names()
-    _said.update(named=set(patched), late_told=False)
+    _said.update(named=set(patched) | {"announce"}, late_told=False)  # itself: applied once this returns
     line = "ascend_shim active on %s: patched %s" % (_npu_name(), ", ".join(patched) or "nothing")
     log.info(line)
     changes.note(line)

@@ -20,7 +20,7 @@ def guard(execution):
 
 def _report_after(execution, wrapped, instance, args, kwargs):
     try:
-        return wrapped(*args, **kwargs)
+        return wrapped(*args, **kwargs)  # the original runs here, unchanged: what raised is in the frames below
     finally:
         from ascend_shim.engine import fallback_report
 
