@@ -449,8 +449,13 @@ def test_readable_output(bed_python, tmp_path):
     # no comfy-kitchen on this bed: its checks are counted as not run
     assert selftest.returncode == 0 and re.fullmatch(r"selftest: (\d+) of \1 checks passed, \d+ not run "
                                                      r"\(--verbose shows every number\)", lines[-1]), lines[-1]
-    checks = int(lines[-1].split()[1])
-    assert len(lines) <= checks + 12 and not [line for line in lines if "{'" in line]
+    ran, skipped = int(lines[-1].split()[1]), int(lines[-1].split(", ")[1].split()[0])
+    # a line per check, its verdict's numbers only, never a raw dict
+    check_lines = [i for i, line in enumerate(lines) if re.match(r"  \[(PASS|SKIP|FAIL)\] ", line)]
+    assert len(check_lines) == ran + skipped
+    assert all(b - a <= 2 for a, b in zip(check_lines, check_lines[1:]))  # a long name may wrap once
+    assert check_lines[-1] - check_lines[0] + 1 <= len(check_lines) + 3, lines
+    assert not [line for line in lines if "{'" in line] and max(len(line) for line in lines) <= 100
     assert lines[2].startswith("EMULATED NPU (its tensors are testbed.npu_device.NpuTensor")
     # no NPU: one line for the patches, not one identical row each
     cpu = shim(bed_python, ["status"], tmp_path, harness.bed_env("cpu")).stdout
