@@ -159,10 +159,14 @@ def test_test_bed_block_in_a_fresh_venv_with_torch(tmp_path):
     site = harness.run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
                        harness.scrubbed_env(), tmp_path, check=True).stdout.strip()
     # torch and ComfyUI's requirements from the test interpreter, the kitchen ComfyUI 0.30.0 pins
+    # and stand-ins for torchvision/torchaudio where this torch has no build of them: doctor imports what
+    # ComfyUI's main.py imports before it serves
     outer = sorted({sysconfig.get_paths()["purelib"], sysconfig.get_paths()["platlib"],
-                    str(harness.kitchen_dir("0.2.27"))})
+                    str(harness.kitchen_dir("0.2.27"))}) + [str(harness.stand_ins(tmp_path / "stand-ins"))]
     (Path(site) / "zz_comfyui_requirements.pth").write_text("\n".join(outer) + "\n")
     proc, seconds = run_block(block_of("tests/testbed env"), venv, harness.REPO)
+    assert "ComfyUI 0.30.0 at" in " ".join(proc.stdout.split()) 
+    assert "starts      yes: what ComfyUI's main.py imports before it serves imports here" in proc.stdout
     print("README test-bed block: %.1f s" % seconds)
     out = " ".join(proc.stdout.split())
     assert "1 x Ascend910B3" in out and "ComfyUI 0.30.0 at" in out

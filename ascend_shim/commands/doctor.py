@@ -146,7 +146,8 @@ def _comfyui(report, findings, directory):
             findings.add(PROBLEM, "no ComfyUI in %s (it has no comfy/model_management.py)" % folder,
                          "give --comfyui the folder that holds ComfyUI's main.py and comfy/")
         else:  # no verdict about a ComfyUI doctor did not see; off Ascend, nothing to stop
-            ascend = report["npu"]["available"] or report["torch_npu"].get("installed")
+            ascend = (report["npu"]["available"] or report["torch_npu"].get("installed")
+                      or not report["torch"].get("installed"))  # without torch it cannot tell
             findings.add(PROBLEM if ascend else INFO, "ComfyUI not checked: %s is not a ComfyUI folder (it has no "
                          "comfy/model_management.py)" % folder,
                          "run doctor inside the ComfyUI folder, or pass --comfyui DIR")

@@ -85,5 +85,5 @@ def see():
     except Exception:
         seen["emulated"] = None
     if seen["emulated"]:
-        seen["summary"] += ", EMULATED: every op runs on the host CPU"
+        seen["summary"] += ", EMULATED on the host CPU"
     return seen

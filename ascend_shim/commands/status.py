@@ -296,15 +296,16 @@ def next_step(data):
             return "unset ASCEND_SHIM to switch the shim back on"
         return ("install the shim with this python (python -m pip install <checkout>), or start "
                 "ComfyUI with PYTHONPATH=<checkout root>; then run `python -m ascend_shim doctor`")
-    if _disabled("*") or all(_disabled(row["name"]) for row in data.get("patches", ()) or [{"name": "*"}]):
-        return ("ASCEND_SHIM_DISABLE leaves every patch out, so the shim changes nothing: unset it "
-                "(or name fewer patches) to let the shim act")
     failed = _failed(imports)
     reasons = [why_failed(name, error, machine) for name, error in failed]
     if failed and reasons[0]:
         return reasons[0]
-    if failed:
-        return "fix the import error above (`python -m ascend_shim doctor` checks the setup)"
+    if failed:  # its own traceback, not another command that would send the user back here
+        return ("fix the import error above: `python -c 'import %s'` here shows its traceback, which "
+                "names the file that raised" % failed[0][0])
+    if _disabled("*") or all(_disabled(row["name"]) for row in data.get("patches", ()) or [{"name": "*"}]):
+        return ("ASCEND_SHIM_DISABLE leaves every patch out, so the shim changes nothing: unset it "
+                "(or name fewer patches) to let the shim act")
     if not machine["npu"] and machine.get("hidden_by"):
         return ("ASCEND_RT_VISIBLE_DEVICES=%s leaves no NPU visible to this process: unset it, or "
                 "name cards that `npu-smi info` lists (0 for the first)" % machine["hidden_by"])
