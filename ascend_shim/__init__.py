@@ -77,7 +77,7 @@ class ImportHookFinder:
 
     def _make_loader_class(self) -> type:
         class HookedLoader:
-            # The real loader, then the shim (startup.hook.run); offers exactly
+            # The real loader, then the shim (startup.hook.executed); offers exactly
             # what the real one offers, so a loader that predates exec_module
             # is run through load_module.
             def __init__(self, loader, spec):
@@ -97,15 +97,27 @@ class ImportHookFinder:
                     return getattr(self._loader, name)  # the real loader's AttributeError
                 return real
 
+            # One shim frame per watched module in a traceback, and its source
+            # line says whose code raised: the module's own, run unchanged.
             def _exec_module(self, module):
                 from ascend_shim.startup import hook as _hook
 
-                _hook.run(self._loader, self._spec, module)
+                done = _hook.starting(self._loader, self._spec, module)
+                try:
+                    self._loader.exec_module(module)  # ascend_shim only runs this module's own code here: what raised is in the frames below
+                    done = module
+                finally:
+                    _hook.executed(self._spec.name, done)
 
             def _load_module(self, fullname):
                 from ascend_shim.startup import hook as _hook
 
-                return _hook.run_legacy(self._loader, self._spec, fullname)
+                done = _hook.starting(self._loader, self._spec, None)
+                try:
+                    done = self._loader.load_module(fullname)  # ascend_shim only runs this module's own code here: what raised is in the frames below
+                finally:
+                    _hook.executed(fullname, done)
+                return done
 
         if self._loader_class is None:
             self._loader_class = HookedLoader

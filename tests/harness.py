@@ -461,3 +461,29 @@ def torch_available():
     except Exception:
         return False
     return True
+
+
+STAND_IN = '''"""Stand-in for %(name)s, which has no build for the torch under test here
+(tests/testbed/absent_packages.py): importable, failing on use."""
+import sys
+
+from testbed.absent_packages import _Absent, _AbsentFinder
+
+sys.meta_path.insert(0, _AbsentFinder(frozenset([__name__])))
+_module = _Absent(__name__)
+_module.__path__ = []
+_module.__spec__ = __spec__
+sys.modules[__name__] = _module
+'''
+
+
+def stand_ins(folder, python=sys.executable, packages=("torchvision", "torchaudio")):
+    """A folder to put on PYTHONPATH (bed_env's extra_path) in which each of ``packages`` that
+    ``python`` cannot import for real is a stand-in: so a child interpreter ComfyUI-style
+    (doctor's start check) gets through ComfyUI's imports as the in-process stand-ins do."""
+    folder = Path(folder)
+    for name in packages:
+        if subprocess.run([str(python), "-c", "import " + name], capture_output=True).returncode:
+            (folder / name).mkdir(parents=True, exist_ok=True)
+            (folder / name / "__init__.py").write_text(STAND_IN % {"name": name})
+    return folder

@@ -143,7 +143,10 @@ def test_bench_default_run_on_the_emulated_npu_is_short_and_says_so(bed_python, 
     assert out[-1].startswith("RoPE, eager vs fused: not timed (comfy-kitchen does not import"), out[-1]
     progress = [line for line in proc.stderr.splitlines() if line.startswith("bench: ")]
     assert progress[0] == "bench: 1/4 attention out M=256 K=3840 N=3840"
-    assert all(" left" in line for line in progress[1:]) and len(progress) == 4
+    assert all(" left" in line for line in progress[1:4]) and progress[3].startswith("bench: 4/4 ")
+    # after the layers, what it times next, and when it is done (issue 28 item 7)
+    assert progress[4:] == ["bench: layers done; now the _int_mm arithmetics (2 shapes)",
+                            "bench: now the weight layouts", "bench: now RoPE", "bench: done"]
 
 
 def test_bench_times_kitchens_eager_rope_against_the_fused_one(bed_python, tmp_path):

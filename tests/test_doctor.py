@@ -69,10 +69,13 @@ def test_comfyui_before_ascend_support_is_a_problem(bed_python, tmp_path):
 
 def test_supported_comfyui_on_the_npu_is_ok(bed_python, tmp_path):
     comfy = harness.comfyui_dir("0.30.0")
-    env = harness.bed_env("ascend-cu130", kitchen="0.2.27")  # the comfy-kitchen 0.30.0 pins
+    # the comfy-kitchen 0.30.0 pins; torchvision/torchaudio that import (stand-ins where this venv has none)
+    env = harness.bed_env("ascend-cu130", kitchen="0.2.27",
+                          extra_path=[harness.stand_ins(tmp_path / "stand-ins", bed_python)])
     proc = doctor(bed_python, tmp_path, env, "--json", "--comfyui", str(comfy))
     report = json.loads(proc.stdout)
     assert proc.returncode == 0 and problems(report) == []
+    assert report["comfyui"]["starts"] is True  # what main.py imports before it serves imports
     assert report["npu"] == {"available": True, "count": 1, "name": "Ascend910B3"}
     assert report["torch"]["cuda_build"] is True
     assert report["torch_npu"]["quant_ops"] == {"npu_dynamic_quant": True, "npu_quant_matmul": True}

@@ -1,10 +1,11 @@
-"""Every command block of README.md, run exactly as printed, in a fresh venv.
+"""Every command block of README.md and docs/, run exactly as printed, in a fresh venv.
 
 The first block (install + tests/run.sh) is run by ``.ci/run``; the block of
 checks (status, doctor, selftest, bench) is meant for a real NPU, and its
 status and doctor lines are run on the simulated machines by
 tests/test_newcomer.py. Every other block runs here with ``bash -e -o
-pipefail``, its text unchanged. The Chinese part must hold the same commands.
+pipefail``, its text unchanged. The Chinese part of each page must hold the
+same commands, and every link of every page must lead somewhere.
 """
 
 import re
@@ -26,10 +27,20 @@ SKIPPED = {
 }
 
 
+# the README, then one page per topic (docs/README.md lists them); each holds English, then 中文
+PAGES = ("README.md", "docs/install.md", "docs/commands.md", "docs/how-it-works.md", "docs/fp8.md",
+         "docs/compatibility.md", "docs/testbed.md", "docs/README.md")
+LINK = re.compile(r"\[[^\]]*\]\(([^)\s]+)\)")
+
+
 def blocks():
-    text = (harness.REPO / "README.md").read_text(encoding="utf-8")
-    english, _, chinese = text.partition("## 中文说明")
-    return FENCE.findall(english), FENCE.findall(chinese)
+    english, chinese = [], []
+    for page in PAGES:
+        text = (harness.REPO / page).read_text(encoding="utf-8")
+        en, _, zh = text.partition("## 中文说明")
+        english += FENCE.findall(en)
+        chinese += FENCE.findall(zh)
+    return english, chinese
 
 
 def commands(block):
@@ -56,7 +67,51 @@ def run_block(block, venv, cwd, timeout=900):
 def test_every_block_is_run_and_both_languages_agree():
     english, chinese = blocks()
     assert [commands(b) for b in english] == [commands(b) for b in chinese]
-    assert [kind(b) for b in english] == ["tests/run.sh", "pip wheel", "selftest", "tests/testbed env"]
+    assert [kind(b) for b in english] == ["tests/run.sh", "selftest", "pip wheel", "tests/testbed env"]
+
+
+def anchors(path):
+    """The anchors GitHub makes for a page's headings (lower case, spaces to '-', punctuation out)."""
+    made = set()
+    for heading in re.findall(r"^#+ (.+)$", path.read_text(encoding="utf-8"), re.MULTILINE):
+        slug = re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-")
+        made.add(slug)
+    return made
+
+
+def test_every_link_leads_somewhere_and_every_page_has_both_languages():
+    listed = set(LINK.findall((harness.REPO / "docs" / "README.md").read_text(encoding="utf-8")))
+    for page in harness.REPO.joinpath("docs").glob("*.md"):  # a new topic page must be listed and run
+        assert page.name in listed or page.name == "README.md", page
+        assert "docs/%s" % page.name in PAGES, page
+    broken = []
+    for page in PAGES:
+        path = harness.REPO / page
+        text = path.read_text(encoding="utf-8")
+        assert "\n## 中文说明\n" in text, "%s has no 中文 part" % page
+        for target in LINK.findall(text):
+            if target.startswith(("http://", "https://")):
+                continue
+            name, _, anchor = target.partition("#")
+            linked = (path.parent / name).resolve() if name else path
+            if not linked.exists():
+                broken.append("%s: %s (no such file)" % (page, target))
+            elif anchor and anchor not in anchors(linked):
+                broken.append("%s: %s (no such heading)" % (page, target))
+    assert broken == []
+
+
+def test_the_readme_fits_one_screen_and_says_what_the_test_command_is():
+    text = (harness.REPO / "README.md").read_text(encoding="utf-8")
+    english, _, chinese = text.partition("## 中文说明")
+    assert len(english.splitlines()) <= 70, len(english.splitlines())
+    first = FENCE.findall(english)[0]
+    assert "the project's own test suite" in first and "not needed to use the shim" in first
+    assert "本项目自己的测试套件" in FENCE.findall(chinese)[0]
+    for section in ("## What it fixes", "## Install", "## Verify", "## Turn off", "## Uninstall", "## Read on"):
+        assert section in english, section
+    for section in ("### 解决的问题", "### 安装", "### 验证", "### 关闭", "### 卸载", "### 延伸阅读"):
+        assert section in chinese, section
 
 
 def block_of(marker):
@@ -104,10 +159,14 @@ def test_test_bed_block_in_a_fresh_venv_with_torch(tmp_path):
     site = harness.run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
                        harness.scrubbed_env(), tmp_path, check=True).stdout.strip()
     # torch and ComfyUI's requirements from the test interpreter, the kitchen ComfyUI 0.30.0 pins
+    # and stand-ins for torchvision/torchaudio where this torch has no build of them: doctor imports what
+    # ComfyUI's main.py imports before it serves
     outer = sorted({sysconfig.get_paths()["purelib"], sysconfig.get_paths()["platlib"],
-                    str(harness.kitchen_dir("0.2.27"))})
+                    str(harness.kitchen_dir("0.2.27"))}) + [str(harness.stand_ins(tmp_path / "stand-ins"))]
     (Path(site) / "zz_comfyui_requirements.pth").write_text("\n".join(outer) + "\n")
     proc, seconds = run_block(block_of("tests/testbed env"), venv, harness.REPO)
+    assert "ComfyUI 0.30.0 at" in " ".join(proc.stdout.split()) 
+    assert "starts      yes: what ComfyUI's main.py imports before it serves imports here" in proc.stdout
     print("README test-bed block: %.1f s" % seconds)
     out = " ".join(proc.stdout.split())
     assert "1 x Ascend910B3" in out and "ComfyUI 0.30.0 at" in out

@@ -92,16 +92,10 @@ def _duration(seconds: float) -> str:
 
 
 def emulation(torch: Any, device: Any) -> Optional[str]:
-    """Why ``device`` is an emulation, or None for a real device.
+    """Why ``device`` is an emulation, or None for a real device (``hardware.emulation``)."""
+    from ascend_shim.commands.hardware import emulation as _emulation
 
-    A device backend in C++ (torch_npu) gives plain ``torch.Tensor``s; one
-    emulated in Python gives a tensor subclass whose ops run on the host.
-    """
-    made = type(torch.empty(0, device=device))
-    if made is torch.Tensor:
-        return None
-    return ("its tensors are %s.%s, a Python tensor subclass: every op runs on the host CPU"
-            % (made.__module__, made.__qualname__))
+    return _emulation(torch, device)
 
 
 def layer_bytes(m: int, k: int, n: int, on_device: bool) -> int:
@@ -192,6 +186,8 @@ def run(m_values: List[int], repeat: int, warmup: int, setup: Optional[Tuple[Any
                 row["speedup"] = row["bf16_ms"] / row["int8_ms"]
             rows.append(row)
             work_done += m * k * n
+    if on_device:
+        _progress("layers done; now the _int_mm arithmetics (%d shapes)" % len(INT_MM_SHAPES))
     paths = int_mm_paths(torch, device, ops, sync, warmup, repeat, min(m_values)) if on_device else []
     sampler = sampler_ops_rows(torch, device, sync, warmup, repeat) if on_device else []
     return {"npu": on_device, "reason": reason, "emulated": emulated, "repeat": repeat,
@@ -377,7 +373,9 @@ def main(options: Any) -> int:
         return USAGE
     result = run(m_values, repeat, warmup, setup, reason)
     if result["npu"]:
+        _progress("now the weight layouts")
         result["weight_layouts"] = weight_layouts(m_values, repeat, warmup, setup)
+        _progress("now RoPE")
         result["rope"], result["rope_not_timed"] = bench_rope.rope_rows(
             torch, device, setup[1], max(m_values), lambda f: _median_ms(f, setup[2], warmup, repeat))
     if options.json:
@@ -387,6 +385,7 @@ def main(options: Any) -> int:
         _print_device_table(result)
         _print_layout_table(result["weight_layouts"], result["emulated"])
         bench_rope.print_rope_table(result["rope"], result["rope_not_timed"], result["emulated"])
+        _progress("done")
         return 0
     print("no NPU here (%s): host overhead only, device kernels excluded" % result["reason"])
     print("| layer | M | K | N | host ms per call |")

@@ -96,7 +96,8 @@ def build_parser() -> argparse.ArgumentParser:
     status.add_argument("--verbose", "-v", action="store_true", help="full reasons, versions, summaries")
     status.add_argument("--import", dest="imports", action="append", default=[], metavar="MODULE",
                         help="import MODULE first (e.g. comfy.model_management, inside the ComfyUI "
-                             "folder), repeatable; exit 1 when it fails")
+                             "folder); one module per --import, repeat the flag for more; exit 1 when "
+                             "one fails")
     status.set_defaults(func=cmd_status)
     doctor = sub.add_parser("doctor", help="what is installed and what is wrong (exit 1 on a problem)")
     doctor.add_argument("--json", action="store_true", help="the report and each finding, machine-readable")
@@ -105,6 +106,7 @@ def build_parser() -> argparse.ArgumentParser:
     selftest = sub.add_parser("selftest", help="check the INT8 path on the NPU")
     selftest.add_argument("--json", action="store_true",
                           help="every check with its numbers and device calls, machine-readable")
+    selftest.add_argument("--verbose", "-v", action="store_true", help="every number of every check")
     selftest.set_defaults(func=cmd_selftest)
     bench = sub.add_parser("bench", help="per-layer latency: bf16 linear vs the INT8 path")
     bench.add_argument("--json", action="store_true", help="each layer's timings, machine-readable")
@@ -190,9 +192,10 @@ def main(argv: Optional[List[str]] = None) -> int:
     _usable_stdout()
     parser = build_parser()
     options = parser.parse_args(argv)  # exits 2 with a usage message on bad input
-    if not getattr(options, "func", None):
+    if not getattr(options, "func", None):  # no command: the overview, which is no error
         parser.print_help()
-        return USAGE
+        print("\nstart with: %s status" % _program())
+        return OK
     stdout = sys.stdout
     sys.stdout = _ReaderMayLeave(stdout)  # type: ignore[assignment]
     try:

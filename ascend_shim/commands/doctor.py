@@ -149,8 +149,10 @@ def _comfyui(report, findings, directory):
         if directory:
             findings.add(PROBLEM, "no ComfyUI in %s (it has no comfy/model_management.py)" % folder,
                          "give --comfyui the folder that holds ComfyUI's main.py and comfy/")
-        else:  # no verdict about a ComfyUI doctor did not see
-            findings.add(PROBLEM, "ComfyUI not checked: %s is not a ComfyUI folder (it has no "
+        else:  # no verdict about a ComfyUI doctor did not see; off Ascend, nothing to stop
+            ascend = (report["npu"]["available"] or report["torch_npu"].get("installed")
+                      or not report["torch"].get("installed"))  # without torch it cannot tell
+            findings.add(PROBLEM if ascend else INFO, "ComfyUI not checked: %s is not a ComfyUI folder (it has no "
                          "comfy/model_management.py)" % folder,
                          "run doctor inside the ComfyUI folder, or pass --comfyui DIR")
         return
@@ -195,7 +197,7 @@ def _alloc_conf(report):
     """What PYTORCH_NPU_ALLOC_CONF will really be for ComfyUI on this machine."""
     from ascend_shim.startup import config as _config
 
-    own = os.environ.get("PYTORCH_NPU_ALLOC_CONF")
+    own = os.environ.get("PYTORCH_NPU_ALLOC_CONF", "").strip() or None  # empty: no setting
     torch_npu = report["torch_npu"]
     if not torch_npu.get("installed"):
         state = "not relevant: torch_npu is not installed"
@@ -294,6 +296,47 @@ def _forced_vae_dtype(report, findings):
         findings.add(INFO, "an unreadable forced-VAE finding is kept at %s" % kept.path("vae_dtype"))
 
 
+def _comfyui_starts(report, findings):
+    """Import what main.py imports before it serves, in a child started as ComfyUI is."""
+    from ascend_shim.commands import comfyui_start
+
+    comfyui = report["comfyui"]
+    if not (report["npu"]["available"] and comfyui["supports_ascend"] and report["torch"].get("installed")):
+        comfyui["starts"] = None  # off the NPU, ComfyUI's start is ComfyUI's own affair
+        return
+    result = comfyui_start.check(comfyui["path"])
+    comfyui["starts"] = result["failed"] is None
+    comfyui["start_check"] = result
+    if result["failed"] is not None:
+        findings.add(PROBLEM, "ComfyUI cannot start: `import %s` fails: %s (main.py imports torch, "
+                     "torchvision, torchaudio where installed, comfy.model_management and nodes before it "
+                     "serves)" % (result["failed"], result["error"]),
+                     comfyui_start.fix_for(result["failed"], result["error"], result.get("missing"),
+                                           report["torch"]["version"]))
+
+
+def _torch_compile(report, findings):
+    """ComfyUI's TorchCompileModel node defaults to inductor: named on the NPU, with what works there."""
+    comfyui = report["comfyui"]
+    if not (report["npu"]["available"] and comfyui):
+        return
+    try:
+        with open(os.path.join(comfyui["path"], "comfy_extras", "nodes_torch_compile.py"),
+                  encoding="utf-8", errors="replace") as handle:
+            source = handle.read()
+    except OSError:
+        return  # this ComfyUI has no such node
+    if '"inductor"' not in source:
+        return
+    findings.add(INFO, "ComfyUI's TorchCompileModel node compiles with backend 'inductor' by default (its "
+                 "other choice, 'cudagraphs', is CUDA-only); on a 910B peers measured inductor about 6x "
+                 "slower (sglang#20780), and torchair's guide names torchair.get_npu_backend() as the NPU's "
+                 "graph backend, which the node cannot select",
+                 "leave TorchCompileModel out of workflows on the NPU (eager runs torch_npu's fused kernels); "
+                 "whether torchair's npu backend beats eager on a ComfyUI model is untested here and needs a "
+                 "real 910B")
+
+
 def collect(comfyui_dir=None):
     report: Dict[str, Any] = {"python": {"version": platform.python_version(), "executable": sys.executable,
                                          "venv": sys.prefix != getattr(sys, "base_prefix", sys.prefix)}}
@@ -320,6 +363,8 @@ def collect(comfyui_dir=None):
         from ascend_shim.commands import comfyui_kitchen
 
         comfyui_kitchen.check(report, findings)
+        _comfyui_starts(report, findings)
+    _torch_compile(report, findings)
     report["findings"] = findings
     report["ok"] = not any(f["severity"] == PROBLEM for f in findings)
     return report

@@ -35,6 +35,7 @@ def text_report(report: dict, comfyui_dir: Optional[str] = None) -> str:
                             (" (upstream ascend backend)" if report["comfy_kitchen"].get("upstream_ascend_backend") else "")
                             if report["comfy_kitchen"]["installed"] else "not installed"),
         "ComfyUI     %s" % _comfyui_line(report["comfyui"], comfyui_dir),
+        *_starts_line(report["comfyui"]),
         "shim        %s, %s" % (report["shim"]["version"], _shim_line(report["shim"], npu["available"])),
         "NPU memory  PYTORCH_NPU_ALLOC_CONF: %s" % report["alloc_conf"],
     ]
@@ -71,6 +72,16 @@ def _comfyui_line(comfyui: Optional[dict], given: Optional[str]) -> str:
         return "not found here (run doctor in the ComfyUI folder, or pass --comfyui DIR)"
     support = "" if comfyui["supports_ascend"] else ", predates Ascend support"
     return "%s at %s%s" % (comfyui["version"] or "version unknown", comfyui["path"], support)
+
+
+def _starts_line(comfyui: Optional[dict]) -> list:
+    """Whether ComfyUI gets through what main.py imports before it serves (checked on the NPU only)."""
+    starts = (comfyui or {}).get("starts")
+    if comfyui is None or starts is None:
+        return []
+    if starts:
+        return ["starts      yes: what ComfyUI's main.py imports before it serves imports here"]
+    return ["starts      NO: `import %s` fails (below)" % comfyui["start_check"]["failed"]]
 
 
 def _shim_line(shim: dict, npu: bool) -> str:

@@ -5,7 +5,8 @@ installed, without importing torch_npu (which needs torch).
 """
 
 import importlib.util
-from typing import Any, Dict
+import os
+from typing import Any, Dict, Optional
 
 INERT = "the shim will stay inert"
 
@@ -20,6 +21,19 @@ def _installed(name):
 def _first_line(exc):
     text = str(exc).strip().splitlines()
     return "%s: %s" % (type(exc).__name__, text[0] if text else "")
+
+
+def emulation(torch: Any, device: Any) -> Optional[str]:
+    """Why ``device`` is an emulation, or None for a real device.
+
+    A device backend in C++ (torch_npu) gives plain ``torch.Tensor``s; one
+    emulated in Python gives a tensor subclass whose ops run on the host.
+    """
+    made = type(torch.empty(0, device=device))
+    if made is torch.Tensor:
+        return None
+    return ("its tensors are %s.%s, a Python tensor subclass: every op runs on the host CPU"
+            % (made.__module__, made.__qualname__))
 
 
 def see():
@@ -59,9 +73,21 @@ def see():
     except Exception as exc:
         seen["summary"] = "no NPU: torch.npu fails (%s), %s" % (_first_line(exc), INERT)
         return seen
+    visible = os.environ.get("ASCEND_RT_VISIBLE_DEVICES")
+    if not count and visible is not None:
+        seen["hidden_by"] = visible
+        seen["summary"] = ("no NPU visible: ASCEND_RT_VISIBLE_DEVICES=%s hides every card from this "
+                           "process, %s" % (visible, INERT))
+        return seen
     if not count:
         seen["summary"] = "no NPU: torch_npu imports but sees no device, %s" % INERT
         return seen
     seen.update(npu=True, count=count, name=name, cards=visible_devices.describe(count))
     seen["summary"] = "%d x %s (torch %s, torch_npu %s)" % (count, name, seen["torch"], seen["torch_npu"])
+    try:
+        seen["emulated"] = emulation(torch, torch.device("npu", 0))
+    except Exception:
+        seen["emulated"] = None
+    if seen["emulated"]:
+        seen["summary"] += ", EMULATED on the host CPU"
     return seen

@@ -54,9 +54,20 @@ def _patch_modules():
     return {p.name: tuple(p.modules) for p in PATCHES}
 
 
+def _disabled(name):
+    """Whether ASCEND_SHIM_DISABLE leaves the patch ``name`` out (decided or not yet)."""
+    try:
+        from ascend_shim.startup import config as _config
+
+        return bool(_config.get().patch_disabled(name))
+    except Exception:
+        return False
+
+
 def waiting_for(row, modules):
-    """The modules a pending patch still waits for (its target when unknown)."""
-    if row.get("state") != "pending":
+    """The modules a pending patch still waits for (its target when unknown);
+    none for a patch ASCEND_SHIM_DISABLE leaves out."""
+    if row.get("state") != "pending" or _disabled(row["name"]):
         return []
     needed = modules.get(row["name"], (row["target"],))
     return [m for m in needed if m not in sys.modules]
@@ -79,9 +90,10 @@ def import_all(names, modules, status):
     for name in names:
         report["asked"][name] = _import(name)
     import ascend_shim
+    from ascend_shim.commands import activation
 
-    if ascend_shim.withdrawn():
-        return report  # the shim left the import path: no patch waits for anything here
+    if ascend_shim.withdrawn() or activation.switched_off() is not None:
+        return report  # the shim left the import path, or is off: no patch waits for anything here
     done = [n for n, error in report["asked"].items() if error is None]
     for name in follow_up(done, status()["patches"], modules):
         error = _import(name)
@@ -109,12 +121,14 @@ def _shown(row, modules, context):
         if row["state"] == "applied" and context["kitchen_unused"] and row["name"] in KITCHEN_PATCHES:
             reason = "unused, ComfyUI runs without comfy-kitchen: %s" % reason
         return row["state"], reason
+    if context["switched_off"]:
+        return "inert", "not patched: %s" % context["inactive"]
+    if _disabled(row["name"]):
+        return "disabled", "disabled by ASCEND_SHIM_DISABLE (its module is not imported yet)"
     waiting = waiting_for(row, modules)
     gone = [name for name in waiting if name in context["absent"]]
     if gone:
         return "n/a", "does not apply: this version has no %s" % ", ".join(gone)
-    if context["switched_off"]:
-        return "inert", "not patched: %s" % context["inactive"]
     if context["withdrawn"]:
         return "inert", "never decided: the shim left the import path (%s)" % context["withdrawn"]
     if not context["npu"]:
@@ -248,6 +262,9 @@ def why_failed(name, error, machine):
     if error.startswith("ModuleNotFoundError") and "'%s'" % root in error and root in ("comfy", "execution"):
         return ("`%s` is ComfyUI's own folder, not an installed package: cd into the ComfyUI "
                 "folder (the one holding main.py) and run this again" % root)
+    paired = _paired_fix(name, error, machine)
+    if paired:
+        return paired
     if machine["npu"] or root not in ("comfy", "execution"):
         return None
     text = ("no NPU here, so the shim did nothing: this is ComfyUI's own error on this machine")
@@ -255,6 +272,23 @@ def why_failed(name, error, machine):
         text += (" (ComfyUI took its CUDA path); on a machine without a working NVIDIA GPU "
                  "start ComfyUI with --cpu")
     return text
+
+
+def _paired_fix(name, error, machine):
+    """A torchvision/torchaudio that is missing or built for another torch: the pair that matches,
+    named here rather than sending the user on to doctor (which names the same)."""
+    import re
+
+    from ascend_shim.commands import comfyui_start
+
+    missing = re.search(r"No module named '(\w+)", error)
+    package = missing.group(1) if missing else None
+    if package not in comfyui_start.PAIRED and "torchvision::" not in error:
+        return None
+    torch_version = machine.get("torch") or ""
+    if not re.match(r"\d", torch_version):
+        return None
+    return "ComfyUI needs it before it serves: " + comfyui_start.fix_for(name, error, package, torch_version)
 
 
 def next_step(data):
@@ -268,8 +302,15 @@ def next_step(data):
     reasons = [why_failed(name, error, machine) for name, error in failed]
     if failed and reasons[0]:
         return reasons[0]
-    if failed:
-        return "fix the import error above (`python -m ascend_shim doctor` checks the setup)"
+    if failed:  # its own traceback, not another command that would send the user back here
+        return ("fix the import error above: `python -c 'import %s'` here shows its traceback, which "
+                "names the file that raised" % failed[0][0])
+    if _disabled("*") or all(_disabled(row["name"]) for row in data.get("patches", ()) or [{"name": "*"}]):
+        return ("ASCEND_SHIM_DISABLE leaves every patch out, so the shim changes nothing: unset it "
+                "(or name fewer patches) to let the shim act")
+    if not machine["npu"] and machine.get("hidden_by"):
+        return ("ASCEND_RT_VISIBLE_DEVICES=%s leaves no NPU visible to this process: unset it, or "
+                "name cards that `npu-smi info` lists (0 for the first)" % machine["hidden_by"])
     if not machine["npu"]:
         return ("nothing to do on this machine; `python -m ascend_shim doctor` shows the details")
     if not _comfyui_patched(data.get("patches", ())):
@@ -300,6 +341,10 @@ def render(data, verbose):
             texts = [row.get("summary", ""), row["detail"],
                      ", ".join("%s=%s" % (k, row[k]) for k in ("in_place", "version") if row.get(k) is not None)]
             out.extend(fill(text, 6, first="    ") for text in texts if text)
+    elif rows and len({(r.get("shown_state"), r.get("detail")) for r in rows}) == 1 and \
+            rows[0].get("shown_state") == "inert":
+        # one row said once, not the same row for every patch (--verbose lists them)
+        out.append(fill("all %d patches  inert: %s (--verbose lists them)" % (len(rows), rows[0]["detail"]), 6))
     else:
         out.append(table(rows))
     seen = versions_seen(rows)

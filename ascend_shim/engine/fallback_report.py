@@ -56,7 +56,7 @@ def showwarning_wrapper(wrapped, instance, args, kwargs):
         record(message, filename, lineno)
     except Exception:
         pass
-    return wrapped(*args, **kwargs)
+    return wrapped(*args, **kwargs)  # the original runs here, unchanged: what raised is in the frames below
 
 
 def report():

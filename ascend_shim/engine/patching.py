@@ -12,6 +12,8 @@ shim's own, so it does not need wrapt 2.5's ``unwrap_object``.
 
 from __future__ import annotations
 
+import functools
+
 from typing import Any, Callable, Dict, Optional, Sequence
 
 PENDING, APPLYING, APPLIED, SKIPPED, FAILED, DISABLED, REMOVED = (
@@ -97,10 +99,10 @@ def bind(wrapper: Callable, module: Any) -> Callable:
     the time it runs (``del sys.modules[...]``, a re-import).
     """
 
-    def bound(wrapped, instance, args, kwargs):
-        return wrapper(module, wrapped, instance, args, kwargs)
-
-    bound.__name__ = getattr(wrapper, "__name__", "bound")
+    # a partial, not a closure: no frame of its own between ComfyUI's caller and the wrapper
+    # in a traceback
+    bound = functools.partial(wrapper, module)
+    bound.__name__ = getattr(wrapper, "__name__", "bound")  # type: ignore[attr-defined]
     return bound
 
 

@@ -29,33 +29,35 @@ from ascend_shim.engine.records import Record
 PatchSource = Union[Sequence[Patch], Callable[[], Sequence[Patch]]]
 
 log = logging.getLogger("ascend_shim")
+# ASCEND_SHIM_DEBUG's lines: their own logger, kept from the application's handlers, so every
+# debug line has the one ``ascend_shim: ...`` form whatever logging ComfyUI set up
+debug_log = logging.getLogger("ascend_shim.debug")
 
 WRAPT_FIX = ("start python without -S, which leaves site-packages (wrapt's) off sys.path" if sys.flags.no_site
              else "pip install 'wrapt>=1.14' into this venv")
 
 
 class _DebugHandler(logging.Handler):
-    """stderr for ASCEND_SHIM_DEBUG, minus records the app's root logger shows."""
+    """stderr for ASCEND_SHIM_DEBUG, in the shim's one line form."""
 
     def emit(self, record: logging.LogRecord) -> None:
-        if any(h.level <= record.levelno for h in logging.getLogger().handlers):
-            return  # the application's own logging prints this one already
         _output.write(self.format(record))
 
 
 def _enable_debug_logging() -> None:
-    if not any(isinstance(h, _DebugHandler) for h in log.handlers):
+    if not any(isinstance(h, _DebugHandler) for h in debug_log.handlers):
         handler = _DebugHandler()
         handler.setFormatter(logging.Formatter("%(message)s"))
-        log.addHandler(handler)
-    log.setLevel(logging.DEBUG)
+        debug_log.addHandler(handler)
+    debug_log.propagate = False
+    debug_log.setLevel(logging.DEBUG)
 
 
 def _undo_quietly(changes: Changes) -> None:
     try:
         changes.undo()
     except Exception:
-        log.debug("undo after failure failed", exc_info=True)
+        debug_log.debug("undo after failure failed", exc_info=True)
 
 
 class Engine:
@@ -134,7 +136,7 @@ class Engine:
         if not self.records:
             return  # the patches did not import: start() said so once
         name = module.__name__
-        log.debug("imported %s", name)
+        debug_log.debug("imported %s", name)
         with self._lock:
             again = name in self._modules
             self._modules[name] = module
@@ -209,7 +211,7 @@ class Engine:
         with self._lock:
             record.state = state
             record.reason = reason
-        log.debug("%s: %s%s", record.patch.name, state, " (%s)" % reason if reason else "")
+        debug_log.debug("%s: %s%s", record.patch.name, state, " (%s)" % reason if reason else "")
 
     def remove(self, name: str) -> bool:
         """Undo one applied patch (idempotent); True if something was undone."""

@@ -200,7 +200,7 @@ class KitchenInstallation:
             self.installed, self.policy = Installation(registry, backend, tuple(groups), policy), policy
             order, self.decision = _arrange(self.installed)
         note = "%s; priority %s; %s" % (self.decision, order, rope.install(ck, registry, policy))
-        log.debug("kitchen: %s", note)
+        logging.getLogger("ascend_shim.debug").debug("kitchen: %s", note)
         return note
 
     def assert_priority(self) -> Optional[list]:

@@ -48,7 +48,8 @@ ENVIRONMENT = _Environment()
 
 
 def guard(comfy):
-    if VARIABLE in os.environ:
+    # an empty value sets nothing (torch_npu keeps its defaults): it is not the user's choice
+    if os.environ.get(VARIABLE, "").strip():
         return "%s is already set (%s)" % (VARIABLE, os.environ[VARIABLE])
     if "PYTORCH_ALLOC_CONF" in os.environ:
         return "PYTORCH_ALLOC_CONF is set; torch_npu rejects both together"

@@ -10,6 +10,8 @@ from ascend_shim.engine.patching import Patch
 from ascend_shim.patches._guards import why_npu_not_chosen
 
 log = logging.getLogger("ascend_shim")
+# the names the startup line gave, and whether the line after the first prompt was said
+_said: dict = {"named": None, "late_told": False}
 
 
 def _npu_name():
@@ -29,10 +31,21 @@ def _npu_name():
 
 def apply(changes, mm):
     patched = _records.applied_names()
+    _said.update(named=set(patched) | {"announce"}, late_told=False)  # itself: applied once this returns
     line = "ascend_shim active on %s: patched %s" % (_npu_name(), ", ".join(patched) or "nothing")
     log.info(line)
     changes.note(line)
     _warn_cpu_bound_int8()
+
+
+def late_line():
+    """Once, after the first prompt: the patches that applied after the startup
+    line (their modules load later: comfy.ops, comfy.sd, execution), or None."""
+    if _said["named"] is None or _said["late_told"]:
+        return None
+    _said["late_told"] = True
+    late = [name for name in _records.applied_names() if name not in _said["named"]]
+    return "ascend_shim also patched after its startup line: %s" % ", ".join(late) if late else None
 
 
 def _warn_cpu_bound_int8():

@@ -158,7 +158,7 @@ def _count(reason: str, q: Any, k: Any, mask: Any) -> None:
 
 def _account(ops: Any, wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
     if len(args) < 3 or getattr(getattr(args[0], "device", None), "type", None) != "npu":
-        return wrapped(*args, **kwargs)
+        return wrapped(*args, **kwargs)  # the original runs here, unchanged: what raised is in the frames below
     q, k, v = args[0], args[1], args[2]
     in_kwargs = len(args) <= 3
     mask = kwargs.get("attn_mask") if in_kwargs else args[3]
@@ -177,7 +177,7 @@ def _account(ops: Any, wrapped: Any, instance: Any, args: tuple, kwargs: dict) -
         _count(reason or FUSED, q, k, mask)
     except Exception:  # an argument the account does not understand: SDPA decides, unaccounted
         pass
-    return wrapped(*args, **kwargs)
+    return wrapped(*args, **kwargs)  # the original runs here (an exact 0/-inf mask as bool): what raised is below
 
 
 def _fused(counts: Dict[str, int]) -> int:

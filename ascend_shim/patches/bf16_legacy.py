@@ -35,9 +35,9 @@ def _upstream_decides_first(mm):
 def _bf16_on_npu(mm, wrapped, instance, args, kwargs):
     device = argument(args, kwargs, 0, "device")
     if device is not None and device_type(device) != "npu":
-        return wrapped(*args, **kwargs)
+        return wrapped(*args, **kwargs)  # the original runs here, unchanged: what raised is in the frames below
     if _upstream_decides_first(mm):
-        return wrapped(*args, **kwargs)
+        return wrapped(*args, **kwargs)  # the original runs here, unchanged: what raised is in the frames below
     return True
 
 

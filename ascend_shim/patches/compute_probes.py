@@ -19,12 +19,12 @@ PROBES = ("supports_fp8_compute", "supports_nvfp4_compute", "supports_mxfp8_comp
 def _cuda_only(mm, wrapped, instance, args, kwargs):
     if probed_device_type(args, kwargs, mm) != "cuda":
         return False
-    return wrapped(*args, **kwargs)
+    return wrapped(*args, **kwargs)  # the original runs here, unchanged: what raised is in the frames below
 
 
 def _fp8_cuda_only(mm, wrapped, instance, args, kwargs):
     if getattr(mm, "SUPPORT_FP8_OPS", False):
-        return wrapped(*args, **kwargs)
+        return wrapped(*args, **kwargs)  # the original runs here, unchanged: what raised is in the frames below
     return _cuda_only(mm, wrapped, instance, args, kwargs)
 
 

@@ -31,10 +31,10 @@ def _only_known_arguments(args, kwargs):
 
 def _npu_devices(mm, wrapped, instance, args, kwargs):
     if not npu_chosen(mm) or not _only_known_arguments(args, kwargs):
-        return wrapped(*args, **kwargs)
+        return wrapped(*args, **kwargs)  # the original runs here, unchanged: what raised is in the frames below
     devices = npu_devices()
     if not devices:
-        return wrapped(*args, **kwargs)
+        return wrapped(*args, **kwargs)  # the original runs here, unchanged: what raised is in the frames below
     if argument(args, kwargs, 0, "exclude_current", False):
         current = mm.get_torch_device()
         devices = [d for d in devices if d != current]

@@ -38,12 +38,12 @@ def _load_without_float8(sd_module, wrapped, instance, args, kwargs):
     options = argument(args, kwargs, 1, "model_options")
     replaced = without_float8_dtype(options)
     if replaced is None or not _npu_load(options):
-        return wrapped(*args, **kwargs)
+        return wrapped(*args, **kwargs)  # the original runs here, unchanged: what raised is in the frames below
     if len(args) > 1:
         args = args[:1] + (replaced,) + tuple(args[2:])
     else:
         kwargs = dict(kwargs, model_options=replaced)
-    return wrapped(*args, **kwargs)
+    return wrapped(*args, **kwargs)  # the original runs here (fp8 dtype options held in 16 bits): what raised is below
 
 
 def guard(sd_module):

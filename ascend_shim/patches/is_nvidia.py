@@ -15,7 +15,7 @@ from ascend_shim.patches._wraps import wrap_function
 def _is_nvidia(mm, wrapped, instance, args, kwargs):
     if npu_chosen(mm):
         return False
-    return wrapped(*args, **kwargs)
+    return wrapped(*args, **kwargs)  # the original runs here, unchanged: what raised is in the frames below
 
 
 def apply(changes, mm):

@@ -14,7 +14,7 @@ from ascend_shim.patches._wraps import wrap_function
 
 def _npu_memory_summary(mm, wrapped, instance, args, kwargs):
     if not npu_chosen(mm):
-        return wrapped(*args, **kwargs)
+        return wrapped(*args, **kwargs)  # the original runs here, unchanged: what raised is in the frames below
     import torch
 
     from ascend_shim.patches.oom import last_oom_card

@@ -20,7 +20,7 @@ def guard(execution):
 
 def _report_after(execution, wrapped, instance, args, kwargs):
     try:
-        return wrapped(*args, **kwargs)
+        return wrapped(*args, **kwargs)  # the original runs here, unchanged: what raised is in the frames below
     finally:
         from ascend_shim.engine import fallback_report
 
@@ -29,7 +29,11 @@ def _report_after(execution, wrapped, instance, args, kwargs):
             log.warning(
                 "these ops ran on the CPU instead of the NPU: %s "
                 "(see 'python -m ascend_shim status')", ", ".join(new))
-        from ascend_shim.patches import attention_account
+        from ascend_shim.patches import announce, attention_account
+
+        late = announce.late_line()
+        if late:
+            log.info(late)
 
         line = attention_account.take_prompt_line()
         if line:

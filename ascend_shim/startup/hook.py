@@ -66,36 +66,30 @@ def is_watched(name):
     return name in ascend_shim.HOOKED_MODULES or name.partition(".")[0] in ascend_shim.HOOKED_PACKAGES
 
 
-def run(loader, spec, module):
-    """``exec_module`` of a watched module: execute it, then deliver it."""
+def starting(loader, spec, module):
+    """Before a watched module executes (``HookedLoader``): its parent namespace
+    is delivered, the real loader put back. Returns None: nothing executed yet."""
     name = spec.name
     spec.loader = loader  # the module and later reloads see the real loader
-    try:
-        module.__loader__ = loader
-    except AttributeError:
-        pass
+    if module is not None:
+        try:
+            module.__loader__ = loader
+        except AttributeError:
+            pass
     _deliver_parent_namespace(name)
     if name == "torch_npu":
         _before_torch_npu()
     _executing.add(name)
+    return None
+
+
+def executed(name, module):
+    """After it ran: ``module`` is the executed module, or None when its own code raised."""
     try:
-        loader.exec_module(module)
-        deliver(module)
+        if module is not None:
+            deliver(module)
     finally:
         _executing.discard(name)
-
-
-def run_legacy(loader, spec, fullname):
-    """``load_module`` of a watched module whose loader predates exec_module."""
-    spec.loader = loader
-    _deliver_parent_namespace(fullname)
-    _executing.add(fullname)
-    try:
-        module = loader.load_module(fullname)
-        deliver(module)
-        return module
-    finally:
-        _executing.discard(fullname)
 
 
 def _deliver_parent_namespace(name):

@@ -52,4 +52,8 @@ def test_main_starts_on_the_910b_and_prints_the_summary(started, version):
     for name in ("is_nvidia", "compute_probes", "import_constants", "mmap", "kitchen_int8"):
         assert name in patched, patched
     assert any(line.endswith("Device: npu") for line in console)
+    # what ComfyUI announced and the shim took back is said right after (issue 28 item 4)
+    streams = [i for i, line in enumerate(console) if line.endswith("Using async weight offloading with 2 streams")]
+    turned = [i for i, line in enumerate(console) if "ascend_shim turned ComfyUI's async weight offloading" in line]
+    assert len(streams) == 1 and len(turned) == 1 and turned[0] > streams[0], console[-60:]
     assert not [line for line in console if "Found no NVIDIA driver" in line]

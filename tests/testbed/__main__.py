@@ -7,7 +7,9 @@ From the checkout root (``python -m testbed ...`` from tests/ works too):
   python tests/testbed comfyui VERSION        the folder of a real ComfyUI release
 
 ``env`` and ``run`` put the boot folder, tests/ and the checkout root (the
-shim's no-install mode) first on PYTHONPATH. In ``run``, a CMD of ``python``
+shim's no-install mode) first on PYTHONPATH; with ``--installed`` (``env
+--installed KIND``) the checkout stays off it, so the shim the venv has
+installed runs (or none, after an uninstall). In ``run``, a CMD of ``python``
 or ``python3`` is this very interpreter, whatever PATH says.
 """
 
@@ -24,21 +26,30 @@ if __package__ != "testbed":  # run as a folder: import the bed as "testbed", ne
 
 from testbed import machine  # noqa: E402
 
-USAGE = """usage: python tests/testbed env KIND            (eval its output: this shell becomes KIND)
-       python tests/testbed run KIND -- CMD ...    (python in CMD: this interpreter)
-       python tests/testbed comfyui VERSION        (prints the folder of that real ComfyUI)
-kinds: %s
+USAGE = """usage: python tests/testbed env [--installed] KIND            (eval its output: this shell becomes KIND)
+       python tests/testbed run [--installed] KIND -- CMD ...    (python in CMD: this interpreter)
+       python tests/testbed comfyui VERSION                      (prints the folder of that real ComfyUI)
+kinds: %s (ascend-cu130: the users' box, a CUDA-build torch without a driver, torch_npu, one 910B3)
+--installed: run the shim this venv has installed (pip install .), not the checkout's copy
+TESTBED_NPU_COUNT=N: N simulated cards on the ascend machines (default 1; 0: torch_npu sees none)
+An emulated NPU: every op runs on the host CPU; the shim's code is unchanged on it.
 """ % ", ".join(machine.KINDS)
 
 
-def _env(kind: str, base: dict) -> dict:
-    return machine.subprocess_env(kind, env=base, pythonpath=(ROOT,))
+def _env(kind: str, base: dict, installed: bool = False) -> dict:
+    return machine.subprocess_env(kind, env=base, pythonpath=() if installed else (ROOT,))
 
 
 def main(argv=None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
+    if args and args[0] in ("-h", "--help", "help"):
+        sys.stdout.write(USAGE)
+        return 0
+    installed = len(args) > 1 and args[1] == "--installed"
+    if installed:
+        del args[1]
     if len(args) == 2 and args[0] == "env" and args[1] in machine.KINDS:
-        env = _env(args[1], {})
+        env = _env(args[1], {}, installed)
         print("export ASCEND_TESTBED=%s" % shlex.quote(env["ASCEND_TESTBED"]))
         print("export TORCH_DEVICE_BACKEND_AUTOLOAD=%s" % shlex.quote(env["TORCH_DEVICE_BACKEND_AUTOLOAD"]))
         print('export PYTHONPATH=%s"${PYTHONPATH:+:$PYTHONPATH}"' % shlex.quote(env["PYTHONPATH"]))
@@ -47,7 +58,7 @@ def main(argv=None) -> int:
         command = args[3:]
         if command[0] in ("python", "python3"):
             command[0] = sys.executable
-        os.execvpe(command[0], command, _env(args[1], dict(os.environ)))
+        os.execvpe(command[0], command, _env(args[1], dict(os.environ), installed))
     if len(args) == 2 and args[0] == "comfyui":
         import harness
 

@@ -84,6 +84,9 @@ def run() -> dict:
     fallbacks = sorted(set(_fallbacks(caught)) | set(native))
     checks.append({"name": "no CPU fallback", "fallbacks": fallbacks, "passed": not fallbacks})
     info = report.versions(torch, torch_npu, device)
+    from ascend_shim.commands.hardware import emulation
+
+    info["emulated"] = emulation(torch, device)
     return {"npu": True, "device": info["device"], "torch_npu": info["torch_npu"], "versions": info,
             "checks": checks, "passed": all(c["passed"] for c in checks),
             "not_checked": report.not_checked(checks)}
@@ -98,7 +101,7 @@ def main(options: argparse.Namespace) -> int:
     else:
         from ascend_shim.commands.selftest.report import text_report
 
-        print(text_report(result))
+        print(text_report(result, getattr(options, "verbose", False)))
     if not result["npu"]:
         return NO_NPU
     return PASSED if result["passed"] else FAILED

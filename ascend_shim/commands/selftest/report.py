@@ -35,26 +35,44 @@ def not_checked(checks: list[dict]) -> dict[str, list[str]]:
     return skipped
 
 
-def check_lines(check: dict) -> list[str]:
+# what a passing check shows without --verbose: its verdict's own numbers
+# (a pass means no mismatch; why a check was skipped is said under "NOT checked")
+HEADLINE = ("cosine", "rel_mae", "served_by", "backend", "fallbacks", "shape", "dtype", "device")
+
+
+def _items(check: dict, prefix: str = ""):
+    """(key, value) pairs, nested dicts flattened as ``outer.inner``: never a raw dict."""
+    for key, value in check.items():
+        if not prefix and key in ("name", "passed", "failures", "calls", "path"):
+            continue
+        if isinstance(value, dict):
+            yield from _items(value, "%s%s." % (prefix, key))
+        else:
+            yield prefix + key, value
+
+
+def check_lines(check: dict, verbose: bool = False) -> list[str]:
     status = "SKIP" if check.get("skipped") else ("PASS" if check["passed"] else "FAIL")
-    detail = ", ".join("%s=%s" % (k, ("%.6g" % v) if isinstance(v, float) else v)
-                       for k, v in check.items()
-                       if k not in ("name", "passed", "failures", "calls", "path"))
-    lines = [fill("  [%s] %s  %s" % (status, check["name"], detail), 9)]
+    shown = [(k, v) for k, v in _items(check) if verbose or not check["passed"] or k in HEADLINE]
+    detail = ", ".join("%s=%s" % (k, ("%.6g" % v) if isinstance(v, float) else v) for k, v in shown)
+    lines = [fill(("  [%s] %s  %s" % (status, check["name"], detail)).rstrip(), 9)]
     if not check["passed"]:
         lines += [fill(failure, 8, first=" " * 6) for failure in check.get("failures", ())]
         lines += ["      %s" % call_text(call) for call in check.get("calls", ())]
     return lines
 
 
-def text_report(result: dict) -> str:
+def text_report(result: dict, verbose: bool = False) -> str:
     info = result["versions"]
     lines = [fill(
         "selftest on %s: torch %s, torch_npu %s, CANN %s, Python %s, ascend_shim %s, comfy-kitchen %s"
         % (info["device"], info["torch"], info["torch_npu"], info["cann"], info["python"],
            info["ascend_shim"], info["comfy_kitchen"] or "not installed"), 2)]
+    if info.get("emulated"):
+        lines.append(fill("EMULATED NPU (%s): the checks test the shim's arithmetic and calls, not this "
+                          "card's kernels" % info["emulated"], 2))
     for check in result["checks"]:
-        lines += check_lines(check)
+        lines += check_lines(check, verbose)
     failed = [c["name"] for c in result["checks"] if not c["passed"]]
     lines.append(fill(
         "thresholds: end to end cosine >= %s, relative MAE <= %.0f%%; device calls against float64 "
@@ -68,4 +86,17 @@ def text_report(result: dict) -> str:
         lines.append(fill(
             "%d check(s) failed: %s. To report it, paste this whole output (or `python -m "
             "ascend_shim selftest --json`) into a bug report." % (len(failed), "; ".join(failed))))
+    lines.append(closing(result["checks"], verbose))
     return "\n".join(lines)
+
+
+def closing(checks: list, verbose: bool = False) -> str:
+    """The count a reader looks for last."""
+    skipped = sum(1 for c in checks if c.get("skipped"))
+    ran = len(checks) - skipped
+    passed = sum(1 for c in checks if c["passed"] and not c.get("skipped"))
+    text = "selftest: %d of %d checks passed" % (passed, ran) if passed == ran else \
+        "selftest: FAILED, %d of %d checks failed" % (ran - passed, ran)
+    if skipped:
+        text += ", %d not run" % skipped
+    return text + ("" if verbose else " (--verbose shows every number)")
