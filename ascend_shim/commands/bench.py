@@ -8,7 +8,8 @@ It also times npu_quant_matmul alone with the INT8 weight as its
 ``.t()`` view (what the shim passes), contiguous, and cast to FRACTAL_NZ
 (``npu_format_cast(w, 29)``, vllm-ascend's default), side by side: nothing
 changes by default, the table is for a user to measure and paste. Last,
-comfy-kitchen's eager RoPE against the shim's fused one (``bench_rope``).
+comfy-kitchen's eager RoPE against the shim's fused one (``bench_rope``), and torch's RMSNorm and
+kitchen's SwiGLU chains against npu_rms_norm / npu_swiglu (``bench_fused``).
 
 Layer shapes follow the real layers measured in comfy-kitchen PR #153
 (Z-Image Turbo, M=8352) plus a small M. Each timing: warm-up, then
@@ -31,7 +32,7 @@ import sys
 import time
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
-from ascend_shim.commands import bench_rope
+from ascend_shim.commands import bench_fused, bench_rope
 from ascend_shim.commands import json_report as _json_report
 
 NO_NPU = 3
@@ -341,6 +342,8 @@ def main(options: Any) -> int:
         result["weight_layouts"] = weight_layouts(m_values, repeat, warmup, setup)
         result["rope"], result["rope_not_timed"] = bench_rope.rope_rows(
             torch, device, setup[1], max(m_values), lambda f: _median_ms(f, setup[2], warmup, repeat))
+        result["fused"], result["fused_not_timed"] = bench_fused.fused_rows(
+            torch, device, setup[1], max(m_values), lambda f: _median_ms(f, setup[2], warmup, repeat))
     if options.json:
         _json_report.emit(result)
         return 0 if result["npu"] else NO_NPU
@@ -348,6 +351,7 @@ def main(options: Any) -> int:
         _print_device_table(result)
         _print_layout_table(result["weight_layouts"], result["emulated"])
         bench_rope.print_rope_table(result["rope"], result["rope_not_timed"], result["emulated"])
+        bench_fused.print_fused_table(result["fused"], result["fused_not_timed"], result["emulated"])
         return 0
     print("no NPU here (%s): host overhead only, device kernels excluded" % result["reason"])
     print("| layer | M | K | N | host ms per call |")

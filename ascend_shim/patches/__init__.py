@@ -25,6 +25,7 @@ from ascend_shim.patches import (
     memory_summary,
     mmap,
     prompt_report,
+    rms_norm,
     synchronize,
 )
 
@@ -32,6 +33,7 @@ PATCHES = [
     alloc_conf.PATCH,
     alloc_conf_withdraw.PATCH,
     int_mm.PATCH,
+    rms_norm.PATCH,
     kitchen_int8.PATCH,
     kitchen_priority.PATCH,
     is_nvidia.PATCH,
