@@ -375,14 +375,15 @@ def run_dit():
     # the sampler's packed latent (video then audio, flattened), as comfy.sample hands it over
     x, _ = comfy.utils.pack_latents([torch.empty(video.shape, device=device), torch.empty(audio.shape, device=device)])
     sigma = torch.tensor([0.5], device=device)
-    model.apply_model(x, sigma, **conds[0])  # the first forward: one-time probes and tables stay out
-    start_counting()
-    forwards = 0
-    for cond in conds:
-        model.apply_model(x, sigma, **cond)
-        forwards += 1
-    report["forwards_per_step"] = forwards
-    report["step"] = stop_counting()
+    with torch.inference_mode():  # as ComfyUI's executor samples (the data-less load runs outside it)
+        model.apply_model(x, sigma, **conds[0])  # the first forward: one-time probes and tables stay out
+        start_counting()
+        forwards = 0
+        for cond in conds:
+            model.apply_model(x, sigma, **cond)
+            forwards += 1
+        report["forwards_per_step"] = forwards
+        report["step"] = stop_counting()
 
 
 # --------------------------------------------------------------------------- the VAE decode
@@ -408,8 +409,10 @@ def run_vae():
     latent, frames = _empty_av_latent(OPTS.width, OPTS.height, OPTS.length)
     video, _ = latent["samples"].unbind()
     report["latent"] = {"video": list(video.shape), "frames": frames}
+    mm.load_models_gpu([vae.patcher])  # outside inference mode: the data-less load cannot run inside it
     start_counting()
-    images = vae.decode(video)
+    with torch.inference_mode():  # as ComfyUI's executor decodes
+        images = vae.decode(video)
     report["output"] = list(images.shape)
     report["step"] = stop_counting()
 

@@ -128,7 +128,8 @@ class _Checks:
         F.rms_norm(x, (32,), w, 1e-6).square().sum().backward()
         assert torch.allclose(xn.grad.cpu(), x.grad, rtol=1e-5, atol=1e-6)
         assert torch.allclose(wn.grad.cpu(), w.grad, rtol=1e-5, atol=1e-6)
-        assert rms_norm.REGISTRATION.report()["calls"]["fused"] == 0
+        calls = rms_norm.REGISTRATION.report()["calls"]
+        assert calls["fused"] == 0 and calls["declined"] == {"needs gradients": 1}
 
 
 CHECKS = sorted(name for name in vars(_Checks) if name.startswith("test_"))

@@ -117,6 +117,7 @@ class RmsNormRegistration:
                         eps: Optional[float] = None) -> Any:
         """Where autograd is on: a call that needs gradients runs the differentiable composite."""
         if torch.is_grad_enabled() and (input.requires_grad or (weight is not None and weight.requires_grad)):
+            self._count("declined", "needs gradients")
             return composite(input, normalized_shape, weight, eps)
         with torch._C._AutoDispatchBelowAutograd():
             return torch.ops.aten.rms_norm.default(input, normalized_shape, weight, eps)
