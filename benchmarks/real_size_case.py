@@ -409,9 +409,11 @@ def run_vae():
     latent, frames = _empty_av_latent(OPTS.width, OPTS.height, OPTS.length)
     video, _ = latent["samples"].unbind()
     report["latent"] = {"video": list(video.shape), "frames": frames}
-    mm.load_models_gpu([vae.patcher])  # outside inference mode: the data-less load cannot run inside it
     start_counting()
-    with torch.inference_mode():  # as ComfyUI's executor decodes
+    # ComfyUI's executor decodes under inference_mode; the data-less load inside decode() fails
+    # there, so no_grad: the same kernels (the VAE's parameters ask for gradients, which in grad
+    # mode would send every RMSNorm to torch's composite)
+    with torch.no_grad():
         images = vae.decode(video)
     report["output"] = list(images.shape)
     report["step"] = stop_counting()

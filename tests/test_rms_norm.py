@@ -77,8 +77,7 @@ class _Checks:
 
     def test_calls_it_cannot_serve_equal_run_the_composite(self):
         x = torch.randn(2, 16, 64, dtype=torch.bfloat16)
-        cases = {"no weight": (x, None),
-                 "weight dtype differs from the input's": (x, torch.rand(64) + 0.5),
+        cases = {"weight dtype differs from the input's": (x, torch.rand(64) + 0.5),
                  "input dtype torch.float64": (x.double(), torch.rand(64, dtype=torch.float64) + 0.5)}
         for reason, (xi, w) in cases.items():
             got, ops = self._norm(xi, (64,), w, 1e-6, count=True)
@@ -87,6 +86,14 @@ class _Checks:
         assert rms_norm.REGISTRATION.report()["calls"]["declined"] == {r: 1 for r in cases}
         assert rms_norm.REGISTRATION.report()["calls"]["fused"] == 0
         assert nd.cpu_fallbacks() == {}
+
+    def test_a_norm_without_weight_is_one_kernel_too(self):
+        for dtype in (torch.bfloat16, torch.float16):  # the MiniMax-H3 VAE's q/k norms
+            x = torch.randn(2, 300, 32, 64).to(dtype)
+            got, ops = self._norm(x, (64,), None, 1e-5, count=True)
+            assert torch.equal(got.cpu(), cpu_composite(x, (64,), None, 1e-5)), dtype
+            assert "aten::pow" not in ops, ops
+        assert rms_norm.REGISTRATION.report()["calls"]["fused"] == 2
 
     def test_eager_errors_for_eager_refusals(self):
         x, w = torch.randn(2, 8, 64, dtype=torch.bfloat16), torch.ones(32, dtype=torch.bfloat16)
@@ -199,4 +206,4 @@ else:
 
 
 def test_checks_are_collected():
-    assert len(CHECKS) == 7 and json.dumps(CHECKS)
+    assert len(CHECKS) == 8 and json.dumps(CHECKS)

@@ -10,9 +10,10 @@ NPU's dispatch key serves every such call, from Python or C++, as
 Equal to the composite: torch 2.12/2.13 computes ``x * rsqrt(mean(x**2) +
 eps) * weight`` in fp32 with one rounding to x's dtype (eps in fp32, torch's
 fp32 epsilon when None), and ``npu_rms_norm`` is documented to compute the
-same in fp32 with one rounding. Served only where the weight has x's dtype
-and shape ``normalized_shape`` (else eager's fp32 product with a wider weight
-would differ), x is fp16/bf16/fp32 and non-empty, and a one-call probe with
+same in fp32 with one rounding. Served where the weight has x's dtype and
+shape ``normalized_shape`` (else eager's fp32 product with a wider weight
+would differ) or there is none (a gamma of ones, made once per shape), x is
+fp16/bf16/fp32 and non-empty, and a one-call probe with
 a known answer passed on the device; everything else, and a refusal by the
 op, runs the composite on the device (``to_eager``). A call that needs
 gradients runs the composite too (the fused op has no backward here).
@@ -47,15 +48,17 @@ def composite(input: Any, normalized_shape: Any, weight: Any = None, eps: Option
 
 def decline(input: Any, normalized_shape: Any, weight: Any) -> Optional[str]:
     """None when ``npu_rms_norm`` gives the composite's numbers for this call, else why not."""
-    if weight is None:
-        return "no weight"
     if input.dtype not in FLOATS:
         return "input dtype %s" % input.dtype
+    shape = tuple(normalized_shape)
+    if not shape or input.dim() < len(shape) or tuple(input.shape[input.dim() - len(shape):]) != shape:
+        return "shapes eager checks"  # eager raises its own error
+    if weight is None:
+        return None  # served with a gamma of ones: x * rstd * 1 is x * rstd in fp32
     if weight.dtype != input.dtype:
         return "weight dtype differs from the input's"
-    shape = tuple(normalized_shape)
-    if tuple(weight.shape) != shape or input.dim() < len(shape) or tuple(input.shape[input.dim() - len(shape):]) != shape:
-        return "shapes eager checks"  # eager raises its own error
+    if tuple(weight.shape) != shape:
+        return "shapes eager checks"
     if weight.device != input.device:
         return "weight on another device"
     if input.numel() == 0:
@@ -71,6 +74,7 @@ class RmsNormRegistration:
         self._library: Any = None
         self._ops: Any = None
         self._verdicts: Dict[str, Optional[str]] = {}
+        self._gammas: Dict[Any, Any] = {}
         self._note = "not registered"
         self.reset_calls()
 
@@ -104,7 +108,8 @@ class RmsNormRegistration:
             return composite(input, normalized_shape, weight, eps)
         epsilon = torch.finfo(torch.float32).eps if eps is None else float(eps)
         try:
-            out = self._ops.npu_rms_norm(input.contiguous(), weight, epsilon)[0]
+            gamma = weight if weight is not None else self._ones(tuple(normalized_shape), input)
+            out = self._ops.npu_rms_norm(input.contiguous(), gamma, epsilon)[0]
         except OP_ERRORS as exc:
             if is_out_of_memory(exc):
                 raise
@@ -112,6 +117,14 @@ class RmsNormRegistration:
             return composite(input, normalized_shape, weight, eps)
         self._count("fused")
         return out
+
+    def _ones(self, shape: Any, like: Any) -> Any:
+        """A gamma of ones for a norm without weight, made once per shape, dtype and device."""
+        key = (shape, like.dtype, str(like.device))
+        ones = self._gammas.get(key)
+        if ones is None:
+            ones = self._gammas.setdefault(key, torch.ones(shape, dtype=like.dtype, device=like.device))
+        return ones
 
     def autograd_kernel(self, input: Any, normalized_shape: Any, weight: Any = None,
                         eps: Optional[float] = None) -> Any:
@@ -151,6 +164,7 @@ class RmsNormRegistration:
                 raise RuntimeError("this torch cannot remove a torch.library registration")
             destroy()
             self._library, self._ops, self._note = None, None, "removed"
+            self._gammas = {}
 
     def registered(self) -> bool:
         with self._lock:
