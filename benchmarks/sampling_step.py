@@ -56,7 +56,7 @@ CONTENDERS = {
 }
 # what the kernels of a step are spent on, by op
 GROUPS = (("int8 linear", {"npu_dynamic_quant", "npu_quant_matmul"}),
-          ("fused RoPE/RMSNorm", {"npu_rotary_mul", "npu_rms_norm"}),
+          ("fused RoPE/RMSNorm/SwiGLU", {"npu_rotary_mul", "npu_rms_norm", "npu_swiglu"}),
           ("attention", {"scaled_dot_product_attention"}))
 
 
@@ -110,7 +110,7 @@ def main():
         return 0
     names = options.contenders.split(",")
     print("device kernels in one sampling step (one diffusion-model forward), real ComfyUI %s on the "
-          "simulated 910B; in brackets: int8 linear ops / fused RoPE+RMSNorm ops / SDPA / CPU fallbacks" % COMFYUI)
+          "simulated 910B; in brackets: int8 linear ops / fused RoPE+RMSNorm+SwiGLU ops / SDPA / CPU fallbacks" % COMFYUI)
     print("| model | weights | %s |" % " | ".join(names))
     print("|---|---|%s" % ("---:|" * len(names)))
     for arch, by_name in result.items():
@@ -123,7 +123,7 @@ def main():
                     continue
                 g = row["groups"]
                 cells.append("%d (%d / %d / %d / %d)" % (
-                    row["kernels"], g.get("int8 linear", 0), g.get("fused RoPE/RMSNorm", 0),
+                    row["kernels"], g.get("int8 linear", 0), g.get("fused RoPE/RMSNorm/SwiGLU", 0),
                     g.get("attention", 0), row["cpu_fallbacks"]))
             print("| %s | %s | %s |" % (arch, variant, " | ".join(cells)))
     return 0

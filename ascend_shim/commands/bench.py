@@ -10,7 +10,8 @@ It also times npu_quant_matmul alone with the INT8 weight as its
 changes by default, the table is for a user to measure and paste. Then
 uni_pc's and sa_solver's ``linalg.solve`` and ``lgamma`` through the shim's
 kernels beside the host round trip torch_npu's CPU fallback makes. Last,
-comfy-kitchen's eager RoPE against the shim's fused one (``bench_rope``).
+comfy-kitchen's eager RoPE against the shim's fused one (``bench_rope``), and torch's RMSNorm and
+kitchen's SwiGLU chains against npu_rms_norm / npu_swiglu (``bench_fused``).
 
 Layer shapes follow the real layers measured in comfy-kitchen PR #153
 (Z-Image Turbo, M=8352) plus a small M. Each timing: warm-up, then
@@ -33,7 +34,7 @@ import sys
 import time
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
-from ascend_shim.commands import bench_rope
+from ascend_shim.commands import bench_fused, bench_rope
 from ascend_shim.commands import json_report as _json_report
 
 NO_NPU = 3
@@ -378,6 +379,9 @@ def main(options: Any) -> int:
         _progress("now RoPE")
         result["rope"], result["rope_not_timed"] = bench_rope.rope_rows(
             torch, device, setup[1], max(m_values), lambda f: _median_ms(f, setup[2], warmup, repeat))
+        _progress("now RMSNorm and SwiGLU")
+        result["fused"], result["fused_not_timed"] = bench_fused.fused_rows(
+            torch, device, setup[1], max(m_values), lambda f: _median_ms(f, setup[2], warmup, repeat))
     if options.json:
         _json_report.emit(result)
         return 0 if result["npu"] else NO_NPU
@@ -385,6 +389,7 @@ def main(options: Any) -> int:
         _print_device_table(result)
         _print_layout_table(result["weight_layouts"], result["emulated"])
         bench_rope.print_rope_table(result["rope"], result["rope_not_timed"], result["emulated"])
+        bench_fused.print_fused_table(result["fused"], result["fused_not_timed"], result["emulated"])
         _progress("done")
         return 0
     print("no NPU here (%s): host overhead only, device kernels excluded" % result["reason"])

@@ -69,6 +69,23 @@ def rope_lines(rope):
     return lines
 
 
+def fused_lines(rms_norm, int8):
+    """RMSNorm on npu_rms_norm (aten/rms_norm) and the INT8 path's SwiGLU on npu_swiglu (kitchen/swiglu)."""
+    lines = []
+    if rms_norm and rms_norm.get("registered"):
+        calls = rms_norm.get("calls") or {}
+        lines.append("  RMSNorm calls: one npu_rms_norm %d, torch's composite %d" % (
+            calls.get("fused", 0), calls.get("to_eager", 0) + sum((calls.get("declined") or {}).values())))
+        for reason, count in sorted((calls.get("declined") or {}).items()):
+            lines.append(fill("RMSNorm composite, %d: %s" % (count, reason), 6, "    "))
+    swiglu = (int8 or {}).get("swiglu")
+    if swiglu and swiglu.get("calls"):
+        calls = swiglu["calls"]
+        lines.append("  SwiGLU before INT8 linears: one npu_swiglu %d, kitchen's eager %d" % (
+            calls.get("fused", 0), sum(n for key, n in calls.items() if key != "fused")))
+    return lines
+
+
 def fp8_line(fp8):
     """What fp8 weights become in this process (ascend_shim.patches.fp8_effective), once decided."""
     if not fp8:
@@ -133,6 +150,7 @@ def audit_lines(data, audit):
 RENDERED = (  # (declared sections, their lines), in the order shown
     (("int8", "w4a8", "int_mm"), int8_lines),
     (("rope",), lambda data, rope: rope_lines(rope)),
+    (("rms_norm", "int8"), lambda data, rms_norm, int8: fused_lines(rms_norm, int8)),
     (("fp8",), lambda data, fp8: fp8_line(fp8)),
     (("attention",), lambda data, attention: attention_lines(attention)),
     (("sampler_ops",), lambda data, ops: sampler_ops_lines(ops)),

@@ -21,7 +21,7 @@ from typing import Any, Callable, Optional
 import torch
 
 from ascend_shim.engine.npu import is_out_of_memory
-from ascend_shim.kitchen import capability, contract, registry_access
+from ascend_shim.kitchen import capability, contract, registry_access, swiglu
 from ascend_shim.kitchen.contract import Decline, int8_linear_call
 from ascend_shim.npu_math import int8 as int8_math
 
@@ -106,6 +106,7 @@ class Int8Backend:
         self.ops = ops
         self.registry = registry  # registry_access.KitchenRegistry
         self.capability = capability.Capability(ops, on_broken)
+        self.swiglu = swiglu.SwigluPath(ops)
         self._reported = set()
         self._reported_lock = threading.Lock()
 
@@ -116,6 +117,11 @@ class Int8Backend:
         if self.features.apply_input_act is None or input_act not in self.features.input_acts:
             known = sorted(a for a in self.features.input_acts if a is not None)
             raise ValueError("unsupported input_act: %r (expected one of %s)" % (input_act, known))
+        if input_act == "swiglu":  # one npu_swiglu kernel where it serves x (swiglu takes no weight)
+            return self.swiglu.apply(x, lambda x: self._eager_act(x, input_act, act_weight, act_eps))
+        return self._eager_act(x, input_act, act_weight, act_eps)
+
+    def _eager_act(self, x, input_act, act_weight, act_eps):
         if self.features.act_takes_weight:
             return self.features.apply_input_act(x, input_act, act_weight, act_eps)
         return self.features.apply_input_act(x, input_act)

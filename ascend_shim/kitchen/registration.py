@@ -289,4 +289,5 @@ def report():
         "capability": capability.as_dict() if capability else None,
         "npu_int8_served": npu_int8_served(probe=False) if registry is not None else False,
         "calls": COUNTERS.as_dict(),
+        "swiglu": installation.backend.swiglu.report() if installation else None,
     }

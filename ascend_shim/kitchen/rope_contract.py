@@ -68,7 +68,7 @@ class Probe:
 
     def _run(self, device, rms):
         try:
-            return _probe_rms(self.rms_norm, device) if rms else _probe_rotary(self.rotary, device)
+            return probe_rms_norm(self.rms_norm, device) if rms else _probe_rotary(self.rotary, device)
         except Exception as exc:  # a refusal: the op is not used on this device
             return "%s probe raised %s: %s" % ("npu_rms_norm" if rms else "npu_rotary_mul",
                                                type(exc).__name__, exc)
@@ -87,7 +87,8 @@ def _probe_rotary(op, device):
     return None
 
 
-def _probe_rms(op, device):
+def probe_rms_norm(op, device):
+    """None when ``npu_rms_norm`` gives a known answer on ``device`` (exact in fp32), else why not."""
     x = torch.tensor([[2.0, -2.0, 2.0, -2.0], [1.0, 1.0, -1.0, -1.0]])
     gamma = torch.tensor([1.0, 0.5, 2.0, 0.25])
     y = op(x.to(device), gamma.to(device), 0.0)[0].cpu()

@@ -42,7 +42,7 @@ from testbed import machine  # noqa: E402
 SHIM = harness.REPO / "ascend_shim"
 # ops of the fake that a real wheel must register with the same parameters
 FAKE_OPS = ("npu_dynamic_quant", "npu_quant_matmul", "npu_format_cast", "get_npu_format",
-            "npu_rotary_mul", "npu_rms_norm")
+            "npu_rotary_mul", "npu_rms_norm", "npu_swiglu", "npu_group_norm_silu")
 EMPTY = "<required>"
 
 

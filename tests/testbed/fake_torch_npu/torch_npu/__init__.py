@@ -9,7 +9,7 @@ ASCEND_RT_VISIBLE_DEVICES       chooses and orders the cards, as on a real box (
                                 in testbed.npu_device.physical_id)
 TESTBED_TORCH_NPU_VERSION       ``__version__`` (default 2.12.0)
 TESTBED_NPU_OPS                 which fused ops exist (default
-                                "dynamic_quant,quant_matmul,rotary_mul,rms_norm"; "" = none)
+                                "dynamic_quant,quant_matmul,rotary_mul,rms_norm,swiglu,group_norm_silu"; "" = none)
 TESTBED_TORCH_NPU_DEVICE_CONFLICT=1  on a CUDA-build torch raise like torch_npu
                                 2.14 ("Two accelerators cannot be used ...")
 TESTBED_CANN_VERSION            utils.collect_env.get_cann_version()
@@ -95,7 +95,8 @@ _npu_device.install_registry(_registry)
 
 _ops_wanted = {
     name.strip().removeprefix("npu_")
-    for name in _os.environ.get("TESTBED_NPU_OPS", "dynamic_quant,quant_matmul,rotary_mul,rms_norm").split(",")
+    for name in _os.environ.get("TESTBED_NPU_OPS",
+                                    "dynamic_quant,quant_matmul,rotary_mul,rms_norm,swiglu,group_norm_silu").split(",")
     if name.strip()
 }
 if "dynamic_quant" in _ops_wanted:
@@ -106,6 +107,10 @@ if "rotary_mul" in _ops_wanted:
     from ._ops import npu_rotary_mul  # noqa: E402,F401
 if "rms_norm" in _ops_wanted:
     from ._ops import npu_rms_norm  # noqa: E402,F401
+if "swiglu" in _ops_wanted:
+    from ._ops import npu_swiglu  # noqa: E402,F401
+if "group_norm_silu" in _ops_wanted:
+    from ._ops import npu_group_norm_silu  # noqa: E402,F401
 del _ops_wanted
 
 __all__ = ["npu", "utils", "npu_format_cast", "get_npu_format"]

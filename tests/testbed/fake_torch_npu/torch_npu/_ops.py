@@ -517,3 +517,76 @@ def npu_rms_norm(input, gamma, epsilon=1e-06):
     rstd = torch.rsqrt(x.pow(2).mean(dim=dims, keepdim=True) + epsilon)
     y = (x * rstd * npu_device.unwrap(gamma).float()).to(input.dtype)
     return _out(y, index), _out(rstd, index)
+
+
+# --------------------------------------------------------------------------- SwiGLU / GroupNorm + SiLU
+
+_SWIGLU = "npu_swiglu"
+_GN_SILU = "npu_group_norm_silu"
+
+
+def npu_swiglu(input, dim=-1):
+    """``swish(A) * B`` of the two halves A (first), B (second) of ``input`` along ``dim``
+    (torch_npu docs: 1-8 dims, fp32/fp16/bf16, the dim even, no empty or non-contiguous
+    tensor; the output has input's dtype). The docs state no internal precision: the bed
+    computes in float32 with one rounding to input's dtype, as the other fused ops do.
+    """
+    op = _SWIGLU
+    index = _same_npu(op, {"input": input})
+    if input.dtype not in _ROPE_FLOATS:
+        raise _testbed.reject(op, f"input dtype must be float32, float16 or bfloat16, got {input.dtype}")
+    if not 1 <= input.dim() <= 8:
+        raise _testbed.reject(op, f"input must have 1 to 8 dimensions, got shape {tuple(input.shape)}")
+    if not -input.dim() <= dim < input.dim():
+        raise _testbed.reject(op, f"dim {dim} out of range for shape {tuple(input.shape)}")
+    if input.numel() == 0:
+        raise _testbed.reject(op, "empty input is not supported")
+    if not input.is_contiguous():
+        raise _testbed.reject(op, "non-contiguous input is not supported")
+    if input.shape[dim] % 2:
+        raise _testbed.reject(op, f"input's dim {dim} ({input.shape[dim]}) must be even")
+    _testbed.record(op, {"input": input}, {"dim": dim})
+    out_shape = list(input.shape)
+    out_shape[dim] //= 2
+    if _testbed.is_zero_cost():
+        return _empty(out_shape, input.dtype, index)
+    a, b = npu_device.unwrap(input).float().chunk(2, dim=dim)
+    return _out((torch.nn.functional.silu(a) * b).to(input.dtype), index)
+
+
+def npu_group_norm_silu(input, weight, bias, group, eps=0.00001):
+    """``silu(group_norm(input, group, weight, bias, eps))`` and the group mean and rstd
+    (torch_npu docs: input [N, C, *] fp16/bf16/fp32, C divisible by group, weight/bias (C,)
+    of input's dtype or None). Computed in float32, y rounded once to input's dtype;
+    mean and rstd (N, group) in input's dtype.
+    """
+    op = _GN_SILU
+    index = _same_npu(op, {"input": input, "weight": weight, "bias": bias})
+    if input.dtype not in _ROPE_FLOATS:
+        raise _testbed.reject(op, f"input dtype must be float32, float16 or bfloat16, got {input.dtype}")
+    if input.dim() < 2:
+        raise _testbed.reject(op, f"input must be [N, C, *], got shape {tuple(input.shape)}")
+    n, c = input.shape[0], input.shape[1]
+    if group <= 0 or c % group:
+        raise _testbed.reject(op, f"C ({c}) must be divisible by group ({group})")
+    for name, t in (("weight", weight), ("bias", bias)):
+        if t is not None and (t.dtype != input.dtype or tuple(t.shape) != (c,)):
+            raise _testbed.reject(op, f"{name} must be ({c},) of input's dtype, got {tuple(t.shape)} {t.dtype}")
+    if input.numel() == 0:
+        raise _testbed.reject(op, "empty input is not supported")
+    _testbed.record(op, {"input": input, "weight": weight, "bias": bias}, {"group": group, "eps": eps})
+    if _testbed.is_zero_cost():
+        return (_empty(input.shape, input.dtype, index), _empty((n, group), input.dtype, index),
+                _empty((n, group), input.dtype, index))
+    x = npu_device.unwrap(input).float()
+    grouped = x.reshape(n, group, -1)
+    mean = grouped.mean(dim=-1)
+    rstd = torch.rsqrt(grouped.var(dim=-1, unbiased=False) + eps)
+    y = ((grouped - mean.unsqueeze(-1)) * rstd.unsqueeze(-1)).reshape(x.shape)
+    shape = (1, c) + (1,) * (x.dim() - 2)
+    if weight is not None:
+        y = y * npu_device.unwrap(weight).float().reshape(shape)
+    if bias is not None:
+        y = y + npu_device.unwrap(bias).float().reshape(shape)
+    y = torch.nn.functional.silu(y)
+    return (_out(y.to(input.dtype), index), _out(mean.to(input.dtype), index), _out(rstd.to(input.dtype), index))

@@ -1,0 +1,445 @@
+"""One MiniMax-H3 step (or VAE decode) at the user's size on the simulated 910B, without computing it.
+
+    python real_size_case.py <comfyui-dir> --part dit|vae [--variant int8|bf16] [--text-len 256]
+                             [--width 864 --height 480 --length 121]
+
+Run by ``real_size.py`` in a fresh interpreter on the bed (``ASCEND_TESTBED=ascend-cu130``, the
+shim and a comfy-kitchen on the path). ComfyUI 0.30.0's own classes are built at the size of the
+published model (``MiniMaxH3Model``'s defaults, which ComfyUI's model detection reads back from the
+checkpoint's shapes) and loaded with ComfyUI's own loader; every large tensor carries no data:
+
+* the bed's ``NpuTensor`` wraps a ``FakeTensor`` (meta storage, real sizes, strides and dtypes)
+  instead of a CPU tensor, so every op on an npu tensor still goes through the bed's dispatcher,
+  its CPU-fallback and composite-op rules, the torch_npu ops' checks and the shim's kernels, and
+  ends in a meta kernel;
+* small tensors (under ``BIG`` elements: timesteps, tables, layouts) keep real data, so the
+  model's Python-side decisions (``float(sigma)``, the packed layout) run as they do for the user.
+
+Every aten op reaching the bed on npu tensors and every torch_npu op call is counted with its
+device bytes (inputs read + outputs written, broadcast inputs once) and FLOPs, and attributed
+to an op class by the Python frames it was called from (the ComfyUI module or function).
+Prints one JSON object.
+"""
+
+import argparse
+import collections
+import json
+import math
+import os
+import sys
+import time
+
+START = time.monotonic()
+import io  # noqa: E402
+import logging  # noqa: E402
+
+log_stream = io.StringIO()
+logging.basicConfig(level=logging.INFO, stream=log_stream, format="%(name)s %(levelname)s %(message)s")
+parser = argparse.ArgumentParser()
+parser.add_argument("comfy_dir")
+parser.add_argument("--part", choices=("dit", "vae"), default="dit")
+parser.add_argument("--variant", choices=("int8", "bf16"), default="int8")
+parser.add_argument("--text-len", type=int, default=256)
+parser.add_argument("--width", type=int, default=864)
+parser.add_argument("--height", type=int, default=480)
+parser.add_argument("--length", type=int, default=121)
+parser.add_argument("--npu-schemas", metavar="FILE")
+OPTS = parser.parse_args()
+
+sys.path.insert(0, OPTS.comfy_dir)
+sys.argv = [os.path.join(OPTS.comfy_dir, "main.py")]
+if OPTS.npu_schemas:  # before comfy-kitchen loads: upstream's ascend backend reads the schemas at import
+    import torch_npu
+
+    from testbed import torch_ops_packets
+
+    packets = torch_ops_packets.serve_from_file(torch_npu, OPTS.npu_schemas)
+
+from testbed.absent_packages import stand_in_for  # noqa: E402
+
+stand_in_for(("torchvision", "torchaudio"))
+import comfy.options  # noqa: E402
+
+comfy.options.enable_args_parsing()
+import comfy.model_management as mm  # noqa: E402
+import torch  # noqa: E402
+import torch_npu  # noqa: E402
+from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode  # noqa: E402
+from torch.utils._python_dispatch import TorchDispatchMode  # noqa: E402
+from torch.utils._pytree import tree_flatten  # noqa: E402
+
+from testbed import npu_device  # noqa: E402
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from device_work import ALLOCATION_OPS, ENTRY_OPS, VIEW_OPS, bare  # noqa: E402
+
+BIG = 1 << 18  # tensors with at least this many elements carry no data
+FAKE = FakeTensorMode(allow_non_fake_inputs=True)
+NPU = torch.device("npu", 0)
+
+
+def _tensors(flat):
+    return [a for a in flat if isinstance(a, torch.Tensor)]
+
+
+class DataLess(TorchDispatchMode):
+    """Large tensors become fake; ops on npu tensors are left to the bed (which meets this mode
+    again for the op on the wrapped tensors). With ``meta`` set, large host tensors are meta ones
+    (parameters that torch's Module._apply would have to swap if they were fake)."""
+
+    meta = False
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        flat = tree_flatten((args, kwargs))[0]
+        tensors = _tensors(flat)
+        if any(isinstance(t, npu_device.NpuTensor) or type(t) not in (torch.Tensor, torch.nn.Parameter, FakeTensor)
+               for t in tensors):
+            return NotImplemented  # npu tensors and other subclasses (kitchen's QuantizedTensor) first
+        device = kwargs.get("device")
+        to_npu = isinstance(device, torch.device) and device.type == "npu"
+        if any(t.device.type == "meta" and not isinstance(t, FakeTensor) for t in tensors):
+            if not isinstance(device, torch.device) or device.type == "meta":
+                return func(*args, **kwargs)
+            # a meta tensor moved to the host or the device: a fake CPU tensor of the same geometry
+            meta = func(*args, **dict(kwargs, device=torch.device("meta")))
+            with FAKE:
+                out = torch.empty_strided(meta.shape, meta.stride(), dtype=meta.dtype)
+            return npu_device.NpuTensor(out, device.index or 0) if to_npu else out
+        if to_npu:  # a factory or a host-to-device copy: an npu tensor over a CPU (or fake) one
+            kwargs = dict(kwargs, device=torch.device("cpu"))
+        if any(isinstance(t, FakeTensor) for t in tensors):
+            with FAKE:
+                out = func(*args, **kwargs)
+        elif tensors:  # small real inputs (large ones are fake): computed
+            out = func(*args, **kwargs)
+        else:  # a factory: data-less when large
+            with FAKE:
+                probe = func(*args, **kwargs)
+            small = all(t.numel() < BIG for t in _tensors(tree_flatten(probe)[0]))
+            if small:
+                out = func(*args, **kwargs)
+            elif self.meta and not to_npu:
+                out = func(*args, **dict(kwargs, device=torch.device("meta")))
+            else:
+                out = probe
+        if to_npu:
+            return npu_device.NpuTensor(out, device.index or 0) if isinstance(out, torch.Tensor) else out
+        return out
+
+
+# --------------------------------------------------------------------------- accounting
+
+CLASSES = ("attention", "quantized linears", "other linears", "convolutions", "norms", "modulation",
+           "RoPE", "activation", "elementwise glue", "other")
+# innermost frame that names the op's purpose: function name -> class
+FUNCTIONS = {
+    "_mod_scale_shift": "modulation", "_mod_gate": "modulation",
+    "rms_rope_split_half_": "RoPE", "rms_rope_split_half": "RoPE", "rope_rotation_table": "RoPE",
+    "rope_freqs": "RoPE", "apply_rope": "RoPE", "apply_rope1": "RoPE",
+    "optimized_attention": "attention", "attention_pytorch": "attention", "attention_basic": "attention",
+    "apply_input_act": "activation", "silu": "activation", "gelu": "activation",
+    "group_norm": "norms", "layer_norm": "norms", "rms_norm": "norms",
+    "int8_linear": "quantized linears",
+}
+MODULES = {"RMSNorm": "norms", "GroupNorm": "norms", "LayerNorm": "norms", "TemporalIsolatedGroupNorm": "norms",
+           "AdalnProj": "modulation", "FinalLayer": "modulation", "TimeEmbedder": "other",
+           "Conv3d": "convolutions", "Conv2d": "convolutions", "Conv1d": "convolutions",
+           "CausalConv3d": "convolutions", "RotaryEmbeddingND": "RoPE", "Attention": "attention"}
+GEMM_OPS = {"mm", "addmm", "bmm", "baddbmm", "addbmm"}
+CONV_OPS = {"convolution", "_convolution", "conv1d", "conv2d", "conv3d", "convolution_overrideable"}
+SKIP = VIEW_OPS | ALLOCATION_OPS | ENTRY_OPS | {"_local_scalar_dense", "record_stream"}
+
+rows = collections.defaultdict(lambda: [0, 0, 0.0, 0.0])  # (class, op) -> kernels, bytes, flops, int8 flops
+counting = False
+
+
+def _frame_class():
+    frame = sys._getframe(3)
+    while frame is not None:
+        name = frame.f_code.co_name
+        if name in FUNCTIONS:
+            return FUNCTIONS[name]
+        if name == "forward":
+            owner = frame.f_locals.get("self")
+            kind = type(owner).__name__ if owner is not None else ""
+            if kind in MODULES:
+                return MODULES[kind]
+            if kind == "Linear" or kind.endswith("Linear"):
+                weight = getattr(owner, "weight", None)
+                return "quantized linears" if type(weight).__name__ == "QuantizedTensor" else "other linears"
+        frame = frame.f_back
+    return "elementwise glue"
+
+
+def _nbytes(t):
+    if not isinstance(t, torch.Tensor):
+        return 0
+    n = 1
+    for size, stride in zip(t.shape, t.stride()):
+        if stride != 0:
+            n *= size
+    return n * t.element_size()
+
+
+def _flops(op, args, out):
+    tensors = _tensors(tree_flatten(args)[0])
+    outs = _tensors(tree_flatten(out)[0])
+    if op in GEMM_OPS and len(tensors) >= 2:
+        a, b = tensors[-2], tensors[-1]
+        return 2.0 * a.numel() * b.shape[-1]
+    if op == "scaled_dot_product_attention":
+        q, k = tensors[0], tensors[1]
+        return 4.0 * q.numel() * k.shape[-2]
+    if op in CONV_OPS and len(tensors) >= 2:
+        weight = tensors[1]
+        return 2.0 * outs[0].numel() * math.prod(weight.shape[1:])
+    return float(sum(o.numel() for o in outs))
+
+
+def _record(klass, op, nbytes, flops, int8=False):
+    row = rows[(klass, op)]
+    row[0] += 1
+    row[1] += nbytes
+    row[2 if not int8 else 3] += flops
+
+
+_bed_dispatch = npu_device._dispatch
+
+
+def counting_dispatch(func, args, kwargs):
+    op = bare(func._schema.name)
+    if not counting or func.namespace not in ("aten", "prims") or op in SKIP or \
+            npu_device._runs_as_decomposition(func):
+        return _bed_dispatch(func, args, kwargs)
+    klass = _frame_class()
+    out = _bed_dispatch(func, args, kwargs)
+    if op in GEMM_OPS:
+        klass = klass if klass in ("quantized linears", "other linears") else "other linears"
+    elif op == "scaled_dot_product_attention":
+        klass = "attention"
+    elif op in CONV_OPS:
+        klass = "convolutions"
+    inputs = _tensors(tree_flatten((args, kwargs))[0])
+    outputs = _tensors(tree_flatten(out)[0])
+
+    _record(klass, op, sum(map(_nbytes, inputs)) + sum(map(_nbytes, outputs)), _flops(op, (args, kwargs), out),
+            int8=op in GEMM_OPS and inputs[0].dtype == torch.int8)
+    return out
+
+
+npu_device._dispatch = counting_dispatch
+
+# torch_npu ops: inputs from the bed's record, outputs from the wrapping of each result
+from torch_npu import _ops as npu_ops  # noqa: E402
+from torch_npu import _testbed  # noqa: E402
+
+_current = []
+_bed_record = _testbed.record
+_bed_out = npu_ops._out
+NPU_CLASSES = {"npu_dynamic_quant": "quantized linears", "npu_quant_matmul": "quantized linears",
+               "npu_rotary_mul": "RoPE", "npu_rms_norm": "norms", "npu_swiglu": "activation",
+               "npu_group_norm_silu": "norms"}
+
+
+def counting_record(op, tensors, options, notes=None):
+    rec = _bed_record(op, tensors, options, notes)
+    if counting:
+        present = [t for t in tensors.values() if isinstance(t, torch.Tensor)]
+        flops = 0.0
+        if op == "npu_quant_matmul":
+            x1, x2 = tensors["x1"], tensors["x2"]
+            flops = 2.0 * x1.numel() * x2.shape[-1]
+        klass = NPU_CLASSES.get(op) or _frame_class()
+        _record(klass, op, sum(map(_nbytes, present)), flops, int8=op == "npu_quant_matmul")
+        _current[:] = [(klass, op)]
+    return rec
+
+
+def counting_out(t, index):
+    if counting and _current:
+        rows[_current[0]][1] += _nbytes(t)
+        if _current[0][1] != "npu_quant_matmul":
+            rows[_current[0]][2] += t.numel()
+    return _bed_out(t, index)
+
+
+_testbed.record = counting_record
+npu_ops._out = counting_out
+
+report = {"part": OPTS.part, "variant": OPTS.variant, "torch": torch.__version__,
+          "device": str(mm.get_torch_device())}
+if "ascend_shim.engine.runner" in sys.modules:
+    import ascend_shim
+
+    report["shim"] = {row["name"]: row["state"] for row in ascend_shim.status()["patches"]}
+
+
+def start_counting():
+    global counting
+    rows.clear()
+    torch_npu._testbed.reset()
+    npu_device.reset_cpu_fallbacks()
+    npu_device.reset_op_counts(enable=True)
+    counting = True
+
+
+def stop_counting():
+    global counting
+    counting = False
+    aten = dict(npu_device.op_counts())
+    npu_device.reset_op_counts(enable=False)
+    return {"rows": [[k, op, *v] for (k, op), v in sorted(rows.items())], "aten_ops": aten,
+            "npu_ops": dict(torch_npu._testbed.calls), "fallbacks": dict(npu_device.cpu_fallbacks()),
+            "sdpa_paths": dict(torch_npu._testbed.sdpa_paths),
+            "errors": [list(e) for e in torch_npu._testbed.errors][:5]}
+
+
+def fill(shape, dtype, key=""):
+    """A tensor of ``shape``: data-less when large, a plausible constant when small."""
+    if math.prod(shape) >= BIG:
+        return torch.empty(shape, dtype=dtype)
+    if key.endswith("bias"):
+        return torch.zeros(shape, dtype=dtype)
+    return torch.full(shape, 0.02 if len(shape) >= 2 else 1.0, dtype=dtype)
+
+
+def comfy_quant(conf):
+    return torch.tensor(list(json.dumps(conf).encode("utf-8")), dtype=torch.uint8)
+
+
+# --------------------------------------------------------------------------- the DiT step
+
+
+def dit_state_dict():
+    import comfy.ldm.minimax.model
+    import comfy.ops
+
+    with torch.device("meta"):
+        model = comfy.ldm.minimax.model.MiniMaxH3Model(dtype=torch.bfloat16, operations=comfy.ops.disable_weight_init)
+    sd = {}
+    quantized = 0
+    for key, t in model.state_dict().items():
+        if OPTS.variant == "int8" and key.startswith("blocks.") and key.endswith(".weight") and t.dim() == 2 \
+                and (".attn." in key or ".mlp." in key):
+            layer = key[: -len(".weight")]
+            sd[key] = torch.empty(tuple(t.shape), dtype=torch.int8)
+            sd[layer + ".weight_scale"] = torch.tensor(0.01, dtype=torch.float32)
+            sd[layer + ".comfy_quant"] = comfy_quant({"format": "int8_tensorwise"})
+            quantized += 1
+        elif key == "rope.inv_freq":
+            n = t.shape[0]
+            sd[key] = 1.0 / (10000.0 ** (torch.arange(n, dtype=torch.float32) / n))
+        else:
+            sd[key] = fill(tuple(t.shape), t.dtype, key)
+    report["parameters"] = sum(t.numel() for k, t in model.state_dict().items())
+    report["quantized_layers"] = quantized
+    return sd
+
+
+def run_dit():
+    import comfy.nested_tensor
+    import comfy.sd
+    from comfy_extras.nodes_minimax_h3 import _empty_av_latent
+
+    sd = dit_state_dict()
+    patcher = comfy.sd.load_diffusion_model_state_dict(sd)
+    del sd
+    model = patcher.model
+    report["model_class"] = type(model).__name__
+    report["unet_config"] = {k: v for k, v in model.model_config.unet_config.items()
+                             if isinstance(v, (int, float, str, bool))}
+    report["compute_dtype"] = str(model.get_dtype())
+    report["layers"] = dict(collections.Counter(
+        getattr(m.weight, "_layout_cls", str(m.weight.dtype)) for m in model.diffusion_model.modules()
+        if type(m).__name__ == "Linear"))
+    latent, frames = _empty_av_latent(OPTS.width, OPTS.height, OPTS.length)
+    video, audio = latent["samples"].unbind()
+    report["latent"] = {"video": list(video.shape), "audio": list(audio.shape), "frames": frames}
+    mm.load_models_gpu([patcher])
+    report["weights_on_npu_bytes"] = npu_device.memory_allocated()
+
+    report["weight_placement"] = collections.Counter(
+        p.device.type for p in model.diffusion_model.parameters())
+    device = mm.get_torch_device()
+    shapes = [video.shape, audio.shape]
+    context = torch.empty(1, OPTS.text_len, 5120, dtype=torch.bfloat16)
+    conds = []
+    for which in ("positive", "negative"):  # cfg 2: ComfyUI runs the model for both, MiniMax-H3 one at a time
+        extra = model.extra_conds(cross_attn=context, latent_shapes=shapes, device=device, seed=0,
+                                  noise=video, latent_image=video)
+        conds.append({k: v.cond for k, v in extra.items()})
+    report["tokens"] = conds[0]["minimax_payload"]["layout"].seq_len
+    import comfy.utils
+
+    # the sampler's packed latent (video then audio, flattened), as comfy.sample hands it over
+    x, _ = comfy.utils.pack_latents([torch.empty(video.shape, device=device), torch.empty(audio.shape, device=device)])
+    sigma = torch.tensor([0.5], device=device)
+    with torch.inference_mode():  # as ComfyUI's executor samples (the data-less load runs outside it)
+        model.apply_model(x, sigma, **conds[0])  # the first forward: one-time probes and tables stay out
+        start_counting()
+        forwards = 0
+        for cond in conds:
+            model.apply_model(x, sigma, **cond)
+            forwards += 1
+        report["forwards_per_step"] = forwards
+        report["step"] = stop_counting()
+
+
+# --------------------------------------------------------------------------- the VAE decode
+
+
+def run_vae():
+    import comfy.ldm.minimax.vae
+    import comfy.sd
+    from comfy_extras.nodes_minimax_h3 import _empty_av_latent
+
+    # ComfyUI's VAE() calls .to(vae_dtype) on the CPU model: torch's Module._apply swaps a FakeTensor
+    # parameter (torch.utils.swap_tensors, which refuses FakeTensorMode's weak references), so the
+    # VAE's large host tensors are meta ones; they become data-less npu tensors when moved
+    MODE.meta = True
+    with torch.device("meta"):
+        vae_model = comfy.ldm.minimax.vae.MiniMaxH3VideoVAE()
+    sd = {k: fill(tuple(t.shape), torch.bfloat16 if t.is_floating_point() else t.dtype, k)
+          for k, t in vae_model.state_dict().items()}
+    report["parameters"] = sum(t.numel() for t in vae_model.state_dict().values())
+    vae = comfy.sd.VAE(sd=sd)
+    report["vae_dtype"] = str(vae.vae_dtype)
+    report["vae_class"] = type(vae.first_stage_model).__name__
+    latent, frames = _empty_av_latent(OPTS.width, OPTS.height, OPTS.length)
+    video, _ = latent["samples"].unbind()
+    report["latent"] = {"video": list(video.shape), "frames": frames}
+    start_counting()
+    # ComfyUI's executor decodes under inference_mode; the data-less load inside decode() fails
+    # there, so no_grad: the same kernels (the VAE's parameters ask for gradients, which in grad
+    # mode would send every RMSNorm to torch's composite)
+    with torch.no_grad():
+        images = vae.decode(video)
+    report["output"] = list(images.shape)
+    report["step"] = stop_counting()
+
+
+MODE = DataLess()
+import comfy.ldm.minimax.model  # noqa: E402  (imported outside the mode)
+import comfy.ldm.minimax.vae  # noqa: E402
+import comfy.nested_tensor  # noqa: E402
+import comfy.sd  # noqa: E402
+import comfy_extras.nodes_minimax_h3  # noqa: E402,F401
+
+try:
+    with MODE:
+        (run_dit if OPTS.part == "dit" else run_vae)()
+    report["stage"] = "done"
+except BaseException as exc:  # the report says where it stopped
+    import traceback
+
+    report["stage"] = "error"
+    report["error"] = "%s: %s" % (type(exc).__name__, str(exc).strip().splitlines()[0] if str(exc).strip() else "")
+    if exc.__cause__ is not None:
+        report["cause"] = repr(exc.__cause__)
+    report["traceback"] = [l for l in traceback.format_exc().splitlines() if l.startswith("  File") and "site-packages/torch" not in l][-14:]
+report["seconds"] = round(time.monotonic() - START, 1)
+if "ascend_shim.engine.runner" in sys.modules:
+    report["shim_status"] = {k: v for k, v in ascend_shim.status().items() if k != "patches"}
+report["log"] = log_stream.getvalue().splitlines()[-30:]
+print(json.dumps(report, default=str))
