@@ -19,23 +19,15 @@ from typing import Any, Callable, Dict, Optional, Tuple
 
 import torch
 
-from ascend_shim.aten import int_mm_path
+from ascend_shim.aten import dispatcher, int_mm_path
+from ascend_shim.aten.dispatcher import DISPATCH_KEY, has_device_kernel
+from ascend_shim.aten.dispatcher import qualified as _qualified
 from ascend_shim.engine.npu import is_out_of_memory
 
-DISPATCH_KEY = "PrivateUse1"
 OVERLOADS = ("_int_mm", "_int_mm.out")
 # kitchen's eager ``fast_int8_mm`` calls ``torch.int8_mm`` where torch has it (no release so far)
 INT8_MM_OVERLOADS = ("int8_mm", "int8_mm.out")
 _A_DTYPES = (torch.int8, torch.uint8)
-
-
-def _qualified(overload: str) -> str:
-    return "aten::" + overload
-
-
-def has_device_kernel(overload: str) -> bool:
-    """Whether the dispatcher holds a PrivateUse1 kernel for this overload."""
-    return torch._C._dispatch_has_kernel_for_dispatch_key(_qualified(overload), DISPATCH_KEY)
 
 
 def _defined(overload: str) -> bool:
@@ -154,10 +146,7 @@ class IntMmRegistration:
         with self._lock:
             if self._library is None:
                 return
-            destroy = getattr(self._library, "_destroy", None)
-            if destroy is None:
-                raise RuntimeError("this torch cannot remove a torch.library registration")
-            destroy()
+            dispatcher.remove(self._library)
             self._library, self._registered, self._reason = None, (), "removed"
 
     def decide_now(self) -> None:

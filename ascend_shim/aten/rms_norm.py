@@ -27,10 +27,11 @@ from typing import Any, Dict, Optional
 
 import torch
 
+from ascend_shim.aten import dispatcher
+from ascend_shim.aten.dispatcher import DISPATCH_KEY
 from ascend_shim.engine.npu import is_out_of_memory
 from ascend_shim.kitchen.rope_contract import probe_rms_norm
 
-DISPATCH_KEY = "PrivateUse1"
 AUTOGRAD_KEY = "AutogradPrivateUse1"
 OVERLOAD = "rms_norm"
 FLOATS = (torch.float16, torch.bfloat16, torch.float32)
@@ -38,7 +39,7 @@ OP_ERRORS = (RuntimeError, TypeError, ValueError)  # what the op raises for an i
 
 
 def has_device_kernel() -> bool:
-    return torch._C._dispatch_has_kernel_for_dispatch_key("aten::" + OVERLOAD, DISPATCH_KEY)
+    return dispatcher.has_device_kernel(OVERLOAD)
 
 
 def composite(input: Any, normalized_shape: Any, weight: Any = None, eps: Optional[float] = None) -> Any:
@@ -159,10 +160,7 @@ class RmsNormRegistration:
         with self._lock:
             if self._library is None:
                 return
-            destroy = getattr(self._library, "_destroy", None)
-            if destroy is None:
-                raise RuntimeError("this torch cannot remove a torch.library registration")
-            destroy()
+            dispatcher.remove(self._library)
             self._library, self._ops, self._note = None, None, "removed"
             self._gammas = {}
 

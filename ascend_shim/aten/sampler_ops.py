@@ -29,25 +29,18 @@ from typing import Any, Callable, Dict, Tuple
 
 import torch
 
+from ascend_shim.aten import dispatcher
+from ascend_shim.aten.dispatcher import DISPATCH_KEY, has_device_kernel
+from ascend_shim.aten.dispatcher import qualified as _qualified
 from ascend_shim.engine.npu import is_out_of_memory
 from ascend_shim.npu_math import linalg, special
 
-DISPATCH_KEY = "PrivateUse1"
 SOLVE = "_linalg_solve_ex"
 LGAMMA = "lgamma"
 LGAMMA_ = "lgamma_"
 OVERLOADS = (SOLVE, LGAMMA, LGAMMA_)
 _COMPLEX = {torch.complex64: "ComplexFloat", torch.complex128: "ComplexDouble"}
 _LOW_PRECISION = {torch.float16: "Half", torch.bfloat16: "BFloat16"}  # as torch names them in errors
-
-
-def _qualified(overload: str) -> str:
-    return "aten::" + overload
-
-
-def has_device_kernel(overload: str) -> bool:
-    """Whether the dispatcher holds a PrivateUse1 kernel for this overload."""
-    return torch._C._dispatch_has_kernel_for_dispatch_key(_qualified(overload), DISPATCH_KEY)
 
 
 def _meta(t: torch.Tensor) -> torch.Tensor:
@@ -164,10 +157,7 @@ class SamplerOpsRegistration:
         with self._lock:
             if self._library is None:
                 return
-            destroy = getattr(self._library, "_destroy", None)
-            if destroy is None:
-                raise RuntimeError("this torch cannot remove a torch.library registration")
-            destroy()
+            dispatcher.remove(self._library)
             self._library, self._registered, self._reason = None, (), "removed"
 
     def registered(self) -> Tuple[str, ...]:
