@@ -29,7 +29,7 @@ SKIPPED = {
 
 # the README, then one page per topic (docs/README.md lists them); each holds English, then 中文
 PAGES = ("README.md", "docs/install.md", "docs/commands.md", "docs/how-it-works.md", "docs/fp8.md",
-         "docs/compatibility.md", "docs/testbed.md", "docs/README.md")
+         "docs/compatibility.md", "docs/testbed.md", "docs/workflow.md", "docs/many-npus.md", "docs/README.md")
 LINK = re.compile(r"\[[^\]]*\]\(([^)\s]+)\)")
 
 
