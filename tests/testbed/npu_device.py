@@ -1025,7 +1025,7 @@ _generator_slots: dict = {}  # OpOverload -> (position, name, kwarg_only) of its
 def default_generator(index: int | None = None) -> "_Generator":
     """The default NPU generator of card ``index`` (``torch.npu.default_generators[index]``):
     random ops on that card's tensors draw from it unless given another, never from the CPU's."""
-    idx = _state["current"] if index is None else int(index)
+    idx = current_device() if index is None else int(index)
     _check_index(idx)
     with _lock:
         gen = _default_generators.get(idx)
