@@ -11,6 +11,7 @@ crashed into the missing NVIDIA driver.
 import pytest
 
 import harness
+from ascend_shim.patches import PATCHES
 from comfy_runs import NEWEST, NO_DRIVER, NPU_BRANCH_OF_DEVICE_LIST, comfy_run, ok, variant_without  # noqa: F401
 
 # the newest release whose should_use_bf16 has no NPU arm (the shim answers there) and the
@@ -31,8 +32,12 @@ def without(probes, name):
 def comfyui_patches(status):
     """Status rows of the patches that change ComfyUI's own modules."""
     return {name: row for name, row in status.items()
-            if name not in ("alloc_conf", "alloc_conf_withdraw", "cpu_fallbacks", "int_mm")
-            and not name.startswith("kitchen")}
+            if name not in NOT_COMFYUI and not name.startswith("kitchen")}
+
+
+# what patches torch_npu (kernels on NPU tensors, which a --cpu run never hands them) or the
+# environment, not ComfyUI's own modules
+NOT_COMFYUI = {patch.name for patch in PATCHES if patch.target == "torch_npu"} | {"alloc_conf"}
 
 
 @pytest.mark.parametrize("version", CPU_FLAG_VERSIONS)
