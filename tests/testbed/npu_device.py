@@ -556,10 +556,15 @@ def op_counts_by_device() -> collections.Counter:
 
 
 def _first_npu_index(args, kwargs):
+    """The card an op runs on: its first npu tensor's, else (a factory the bed's registered kernel
+    serves) its ``device=``, else this thread's current card, as on a real card."""
     for a in tree_flatten((args, kwargs))[0]:
         if isinstance(a, NpuTensor):
             return a.device.index
-    return None
+    target = (kwargs or {}).get("device")
+    if isinstance(target, torch.device) and target.type == DEVICE_TYPE and target.index is not None:
+        return target.index
+    return current_device()
 
 
 def reset_op_counts(enable: bool | None = None) -> None:
