@@ -10,6 +10,7 @@ assertions live in ``test_backend.py``; this script only measures.
 
 import contextlib
 import dataclasses
+import functools
 import inspect
 import json
 import logging
@@ -79,15 +80,26 @@ def input_act_cpu(x, act, act_weight=None, eps=1e-6):
     return apply_input_act(x, act)
 
 
+def swiglu_fused_calls():
+    """How often the shim's INT8 path ran ``input_act="swiglu"`` as one npu_swiglu so far."""
+    from ascend_shim.kitchen import registration
+
+    return ((registration.report().get("swiglu") or {}).get("calls") or {}).get("fused", 0)
+
+
 def reference(x, q, scale, bias=None, act=None, act_weight=None, eps=1e-6, group=None,
-              residual=None, residual_scale=None, int8=False):
+              residual=None, residual_scale=None, int8=False, fused=False):
     """float32 on the CPU: act, rotation, dequantized weight, bias, residual.
 
     With ``int8=True`` the activations are first quantized per token exactly
     as documented for npu_dynamic_quant (fp32 127/rowmax, round half even),
     so the INT8 arithmetic itself can be checked tightly.
     """
-    if int8:  # the device applies the activation in x's dtype, then quantizes
+    if int8 and act == "swiglu" and fused:
+        # the shim's path: one npu_swiglu, float32 inside, rounded once to x's dtype (kitchen/swiglu.py)
+        gate, up = x.cpu().float().chunk(2, dim=-1)
+        xf = (F.silu(gate) * up).to(x.dtype).float()
+    elif int8:  # the device applies the activation in x's dtype, then quantizes
         xf = input_act_cpu(x.cpu(), act, None if act_weight is None else act_weight.cpu(), eps).float()
     else:
         xf = input_act_cpu(x.cpu().float(), act, None if act_weight is None else act_weight.cpu().float(), eps)
@@ -269,9 +281,12 @@ def grid_cases():
             if act_weight is not None:
                 extra.update(input_act_weight=act_weight, input_act_eps=1e-6)
             ref = reference(x, q, scale, act=act, act_weight=act_weight)
-            int8_ref = reference(x, q, scale, act=act, act_weight=act_weight, int8=True)
-            cases.append(measure("ck:act-" + act, lambda: ck.int8_linear(
-                x, q, scale, None, torch.bfloat16, **extra), ref, q, int8_ref=int8_ref))
+            call = functools.partial(ck.int8_linear, x, q, scale, None, torch.bfloat16, **extra)
+            before = swiglu_fused_calls()
+            call()  # whichever backend serves it: does its activation round once (npu_swiglu)?
+            int8_ref = reference(x, q, scale, act=act, act_weight=act_weight, int8=True,
+                                 fused=swiglu_fused_calls() > before)
+            cases.append(measure("ck:act-" + act, call, ref, q, int8_ref=int8_ref))
     if "residual" in PARAMS:
         q, scale = standard(n, k)
         x = torch.randn(4, 6, k).to(torch.bfloat16).to(NPU)
