@@ -153,7 +153,8 @@ def test_bench_default_run_on_the_emulated_npu_is_short_and_says_so(bed_python, 
     assert all(" left" in line for line in progress[1:4]) and progress[3].startswith("bench: 4/4 ")
     # after the layers, what it times next, and when it is done (issue 28 item 7)
     assert progress[4:] == ["bench: layers done; now the _int_mm arithmetics (2 shapes)",
-                            "bench: now the weight layouts", "bench: now RoPE", "bench: done"]
+                            "bench: now the weight layouts", "bench: now RoPE",
+                            "bench: now RMSNorm and SwiGLU", "bench: done"]
 
 
 def test_bench_times_kitchens_eager_rope_against_the_fused_one(bed_python, tmp_path):

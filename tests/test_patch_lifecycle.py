@@ -45,6 +45,7 @@ SETTINGS = {
     "bf16_legacy": {"version": BEFORE_BF16_NPU},  # should_use_bf16 without its NPU branch (< v0.3.15)
     "device_list": {"version": NO_NPU_BRANCH},
     "alloc_conf_withdraw": {"machine": "ascend-cpu", "env": {"TESTBED_NPU_COUNT": "0"}},
+    "audit": {"env": {"ASCEND_SHIM_AUDIT": "1"}},  # opt-in: off, it stays out of execution
 }
 EXTRA_CASES = (("mmap", {"version": BEFORE_DISABLE_MMAP}),)  # the load_torch_file wrap before v0.3.45
 
