@@ -6,7 +6,8 @@ through fp32 copies. This backend serves the NPU calls the fused ops take:
 
 * the rotation in ``freqs_cis``'s dtype, as eager computes it (x is cast to
   it and back, one rounding to x's dtype, as eager's), with the rotary
-  coefficients built once per ``freqs_cis`` tensor (``CoefficientCache``);
+  coefficients built once per call and kept per ``freqs_cis`` tensor where
+  its version counter shows changes (``CoefficientCache``);
 * the norm of ``rms_rope*`` on ``npu_rms_norm`` where the scale has x's dtype.
 
 A call outside the ops' documented limits (``rope_contract.decline``) goes on
@@ -76,13 +77,15 @@ class CoefficientCache:
     Keyed on the tensor's identity, checked against a weak reference (a
     freed tensor's entry goes with it, a new tensor at the same address is
     not served) and its version counter (an in-place change rebuilds).
-    Inference tensors keep no version counter: they are never cached.
+    Inference tensors keep no version counter: they are never cached (a
+    call builds them once for all its tensors, ``RopeBackend.fused``).
     """
 
     def __init__(self, size: int = MAX_CACHE) -> None:
         self._entries: collections.OrderedDict = collections.OrderedDict()
         self._size = size
         self._lock = threading.Lock()
+        self._signs: dict = {}  # (device, dtype) -> the (-1, 1) the build multiplies by
 
     def get(self, freqs: torch.Tensor, split_half: bool) -> tuple:
         try:
@@ -107,7 +110,11 @@ class CoefficientCache:
 
     def _build(self, freqs, split_half):
         COUNTERS.coefficients_built += 1
-        return rope_math.rotary_coefficients(freqs, split_half)
+        key = (str(freqs.device), freqs.dtype)
+        sign = self._signs.get(key)
+        if sign is None:  # our own constant, never handed out: made once per device and dtype
+            sign = self._signs.setdefault(key, torch.tensor((-1.0, 1.0), dtype=freqs.dtype, device=freqs.device))
+        return rope_math.rotary_coefficients(freqs, split_half, sign)
 
     def _forget(self, key, ref) -> None:
         with self._lock:
@@ -121,14 +128,15 @@ class CoefficientCache:
     def clear(self) -> None:
         with self._lock:
             self._entries.clear()
+            self._signs.clear()
 
 
 CACHE = CoefficientCache()
 
 # -- the fused path -------------------------------------------------------------
 
-def rotate(ops, x: torch.Tensor, freqs: torch.Tensor, split: bool, trims: bool) -> torch.Tensor:
-    r1, r2 = CACHE.get(freqs, split)
+def rotate(ops, x: torch.Tensor, freqs: torch.Tensor, coefficients: tuple, split: bool, trims: bool) -> torch.Tensor:
+    r1, r2 = coefficients
     trim = trim_length(x, freqs, split, trims)
     if trim is not None:
         r1, r2 = r1[:, :, :trim], r2[:, :, :trim]
@@ -136,12 +144,27 @@ def rotate(ops, x: torch.Tensor, freqs: torch.Tensor, split: bool, trims: bool) 
     return ops.npu_rotary_mul(work, r1, r2, rope_math.mode(split)).to(x.dtype)
 
 
-def rms_rotate(ops, x, freqs, scale, eps, split, trims, rot_dim=0):
+def rms_rotate(ops, x, freqs, coefficients, scale, eps, split, trims, rot_dim=0):
+    """The normalized, rotated x: one tensor, or ``(rotated, rest)`` when only the first
+    ``rot_dim`` channels turn (joined by ``join``)."""
     normalized = ops.npu_rms_norm(x.contiguous(), scale, float(eps))[0]
     if rot_dim and rot_dim != x.shape[-1]:
-        rotated = rotate(ops, normalized[..., :rot_dim], freqs, split, trims)
-        return torch.cat((rotated, normalized[..., rot_dim:]), dim=-1)
-    return rotate(ops, normalized, freqs, split, trims)
+        return rotate(ops, normalized[..., :rot_dim], freqs, coefficients, split, trims), normalized[..., rot_dim:]
+    return rotate(ops, normalized, freqs, coefficients, split, trims)
+
+
+def join(out, into=None):
+    """A result of ``rms_rotate``/``rotate`` as one tensor, or written into ``into``
+    (a partial one as two copies: no joined tensor made only to be copied)."""
+    if into is None:
+        return torch.cat(out, dim=-1) if isinstance(out, tuple) else out
+    if isinstance(out, tuple):
+        rotated, rest = out
+        into[..., :rotated.shape[-1]].copy_(rotated)
+        into[..., rotated.shape[-1]:].copy_(rest)
+    else:
+        into.copy_(out)
+    return into
 
 
 class RopeBackend:
@@ -211,11 +234,12 @@ class RopeBackend:
         if inplace:  # eager's own checks, eager's errors
             self.check_inplace(*tensors, readonly=tuple([freqs] + (scales if rms else [])))
         try:
+            coefficients = CACHE.get(freqs, split)  # once for the call's q and k
             if rms:
-                outs = [rms_rotate(self.ops, x, freqs, s, call["epsilon"], split, self.trims,
+                outs = [rms_rotate(self.ops, x, freqs, coefficients, s, call["epsilon"], split, self.trims,
                                    call.get("rot_dim", 0)) for x, s in zip(tensors, scales)]
             else:
-                outs = [rotate(self.ops, x, freqs, split, self.trims) for x in tensors]
+                outs = [rotate(self.ops, x, freqs, coefficients, split, self.trims) for x in tensors]
         except OP_ERRORS as exc:
             if is_out_of_memory(exc):
                 raise
@@ -224,11 +248,9 @@ class RopeBackend:
                              % (function, type(exc).__name__, exc))
             return self.to_eager(function, (), call)
         COUNTERS.fused[function] += 1
-        if inplace:
-            for x, out in zip(tensors, outs):
-                x.copy_(out)
-            return tensors[0] if len(tensors) == 1 else tuple(tensors)
-        return outs[0] if len(outs) == 1 else tuple(outs)
+        # written only once every op has run: a refusal above leaves the inputs as they were
+        results = [join(out, x if inplace else None) for x, out in zip(tensors, outs)]
+        return results[0] if len(results) == 1 else tuple(results)
 
     def report_once(self, message: str) -> None:
         if message not in self._reported:

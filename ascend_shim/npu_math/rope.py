@@ -23,26 +23,38 @@ INTERLEAVE = "interleave"
 HALF = "half"
 
 
-def rotary_coefficients(freqs_cis: torch.Tensor, split_half: bool) -> tuple:
-    """``(r1, r2)`` of shape ``freqs_cis.shape[:-3] + (D,)`` for ``npu_rotary_mul``."""
-    m00, m01 = freqs_cis[..., 0, 0], freqs_cis[..., 0, 1]
-    m10, m11 = freqs_cis[..., 1, 0], freqs_cis[..., 1, 1]
+def rotary_coefficients(freqs_cis: torch.Tensor, split_half: bool, sign: torch.Tensor | None = None) -> tuple:
+    """``(r1, r2)`` of shape ``freqs_cis.shape[:-3] + (D,)`` for ``npu_rotary_mul``.
+
+    Two kernels: one copy of the diagonal ``(M00, M11)`` into r1 and one multiply
+    of the anti-diagonal ``(M01, M10)`` by ``sign`` (``(-1, 1)`` in freqs_cis's
+    dtype; made here when not given) into r2, each written in the layout's
+    order. Both are exact.
+    """
     pairs = freqs_cis.shape[-3]
-    shape = freqs_cis.shape[:-3] + (2 * pairs,)
-    r1 = torch.empty(shape, dtype=freqs_cis.dtype, device=freqs_cis.device)
+    lead = tuple(freqs_cis.shape[:-3])
+    if sign is None:
+        sign = torch.tensor((-1.0, 1.0), dtype=freqs_cis.dtype, device=freqs_cis.device)
+    r1 = torch.empty(lead + (2 * pairs,), dtype=freqs_cis.dtype, device=freqs_cis.device)
     r2 = torch.empty_like(r1)
-    if split_half:
-        first, second = r1[..., :pairs], r1[..., pairs:]
-        neg, pos = r2[..., :pairs], r2[..., pairs:]
-    else:
-        first, second = r1[..., 0::2], r1[..., 1::2]
-        neg, pos = r2[..., 0::2], r2[..., 1::2]
-    first.copy_(m00)
-    second.copy_(m11)
-    neg.copy_(m01)
-    neg.neg_()
-    pos.copy_(m10)
+    diagonal = freqs_cis.diagonal(dim1=-2, dim2=-1)  # (..., P, 2): M00, M11
+    anti = _anti_diagonal(freqs_cis)  # (..., P, 2): M01, M10
+    if split_half:  # (..., 2, P): all first elements, then all second ones
+        r1.view(lead + (2, pairs)).copy_(diagonal.transpose(-1, -2))
+        torch.mul(anti.transpose(-1, -2), sign.view(2, 1), out=r2.view(lead + (2, pairs)))
+    else:  # (..., P, 2): the pair's two elements side by side
+        r1.view(lead + (pairs, 2)).copy_(diagonal)
+        torch.mul(anti, sign, out=r2.view(lead + (pairs, 2)))
     return r1, r2
+
+
+def _anti_diagonal(m: torch.Tensor) -> torch.Tensor:
+    """``(M01, M10)`` of each 2x2 matrix as a view (a copy where the strides allow no view)."""
+    row, col = m.stride(-2), m.stride(-1)
+    if row >= col:  # M01 sits ``col`` past M00, M10 ``row`` past it: one step of row - col
+        return m.as_strided(m.shape[:-1], m.stride()[:-2] + (row - col,),
+                            m.storage_offset() + col)
+    return torch.stack((m[..., 0, 1], m[..., 1, 0]), dim=-1)
 
 
 def mode(split_half: bool) -> str:

@@ -174,7 +174,86 @@ def cache():
                                 built=rope.COUNTERS.coefficients_built - built,
                                 first=compare(got, ck.apply_rope1(x, f), torch.bfloat16)["max_units"],
                                 after_change=compare(got2, ck.apply_rope1(x, -f), torch.bfloat16)["max_units"])
+    out["in_place_pair"] = in_place_pair()
+    out["build_ops"] = build_ops()
+    out["refused_in_place"] = refused_in_place()
     return out
+
+
+def minimax_qk(dtype=torch.bfloat16, s=64, heads=4, d=64):
+    """MiniMax-H3's call: q and k are views into one qkv buffer, half of each head rotated."""
+    qkv = torch.randn(s, 3 * heads * d).to(dtype)
+    q, k, _ = qkv.split(heads * d, dim=-1)
+    return qkv, dict(q=q.view(1, s, heads, d), k=k.view(1, s, heads, d), freqs_cis=freqs_cis(s, d // 4, heads_axis=True),
+                     q_scale=(torch.rand(d) + 0.5).to(dtype), k_scale=(torch.rand(d) + 0.5).to(dtype), rot_dim=d // 2)
+
+
+def in_place_pair():
+    """Under inference_mode, as a prompt runs: one coefficient build for q and k, the results
+    written straight into the qkv buffer."""
+    from ascend_shim.kitchen import rope
+
+    qkv, kwargs = minimax_qk()
+    want = qkv.clone()
+    q, k, _ = want.split(kwargs["q"].shape[-1] * kwargs["q"].shape[-2], dim=-1)
+    ck.rms_rope_split_half_(**dict(kwargs, q=q.view(kwargs["q"].shape), k=k.view(kwargs["k"].shape)))
+    with torch.inference_mode():
+        qkv_npu = qkv.to(NPU)
+        q, k, _ = qkv_npu.split(kwargs["q"].shape[-1] * kwargs["q"].shape[-2], dim=-1)
+        call = on_npu(dict(kwargs, q=q.view(kwargs["q"].shape), k=k.view(kwargs["k"].shape)))
+        built = rope.COUNTERS.coefficients_built
+        npu_device.reset_op_counts(enable=True)
+        try:
+            ck.rms_rope_split_half_(**call)
+        finally:
+            ops = dict(npu_device.op_counts())
+            npu_device.reset_op_counts(enable=False)
+        return dict(built=rope.COUNTERS.coefficients_built - built, ops=ops,
+                    **compare(qkv_npu.cpu(), want, torch.bfloat16))
+
+
+def build_ops():
+    """The device ops one coefficient build runs, each layout (after the first, which may set up)."""
+    from ascend_shim.kitchen import rope
+
+    rope.CACHE._build(freqs_cis(16, 8).to(NPU), False)
+    out = {}
+    for split in (False, True):
+        f = freqs_cis(16, 8).to(NPU)
+        npu_device.reset_op_counts(enable=True)
+        try:
+            rope.CACHE._build(f, split)
+        finally:
+            ops = dict(npu_device.op_counts())
+            npu_device.reset_op_counts(enable=False)
+        out["split" if split else "interleave"] = ops
+    return out
+
+
+def refused_in_place():
+    """npu_rotary_mul refuses after npu_rms_norm ran: eager serves the call from untouched inputs."""
+    from ascend_shim.kitchen import rope
+
+    qkv, kwargs = minimax_qk()
+    want = qkv.clone()
+    q, k, _ = want.split(kwargs["q"].shape[-1] * kwargs["q"].shape[-2], dim=-1)
+    ck.rms_rope_split_half_(**dict(kwargs, q=q.view(kwargs["q"].shape), k=k.view(kwargs["k"].shape)))
+    real = torch_npu.npu_rotary_mul
+
+    def refusing(*args, **kw):
+        raise RuntimeError("EZ1001: the simulated op refuses this call")
+
+    qkv_npu = qkv.to(NPU)
+    q, k, _ = qkv_npu.split(kwargs["q"].shape[-1] * kwargs["q"].shape[-2], dim=-1)
+    call = on_npu(dict(kwargs, q=q.view(kwargs["q"].shape), k=k.view(kwargs["k"].shape)))
+    before = dict(rope.COUNTERS.to_eager)
+    torch_npu.npu_rotary_mul = refusing
+    try:
+        ck.rms_rope_split_half_(**call)
+    finally:
+        torch_npu.npu_rotary_mul = real
+    to_eager = rope.COUNTERS.to_eager["rms_rope_split_half_"] - before.get("rms_rope_split_half_", 0)
+    return dict(to_eager=to_eager, **compare(qkv_npu.cpu(), want, torch.bfloat16))
 
 
 def declined():

@@ -63,6 +63,29 @@ def test_coefficients_are_built_once_per_freqs_tensor_and_never_stale(rope_run):
     assert inference["first"] <= 2.0 and inference["after_change"] <= 2.0, inference
 
 
+def test_a_prompts_call_builds_once_for_q_and_k_and_writes_into_the_qkv_buffer(rope_run):
+    pair = rope_run("0.2.27", "cache")["in_place_pair"]
+    assert pair["built"] == 1, pair  # inference tensors: never cached, so once per call, not per tensor
+    ops = {name.split("::")[-1]: n for name, n in pair["ops"].items()}
+    assert "cat" not in ops, ops  # the rotated half and the rest are copied into q and k directly
+    # per tensor: contiguous input, the slice for npu_rotary_mul, two copies back; the build's copy + mul
+    assert ops.get("copy_", 0) == 2 * 2 + 1 and ops.get("mul", 0) == 1, ops
+    assert pair["max_units"] <= 2.0 and pair["cos"] >= 0.999999, pair
+
+
+def test_a_coefficient_build_is_two_device_kernels(rope_run):
+    no_work = {"diagonal", "as_strided", "transpose", "view", "alias", "empty", "empty_like", "empty_strided"}
+    for layout, ops in rope_run("0.2.27", "cache")["build_ops"].items():
+        work = {name.split("::")[-1]: n for name, n in ops.items() if name.split("::")[-1] not in no_work}
+        assert work == {"copy_": 1, "mul": 1}, (layout, ops)  # the diagonal copied, the anti-diagonal signed
+
+
+def test_a_refusal_after_the_norm_leaves_the_inputs_for_eager(rope_run):
+    refused = rope_run("0.2.27", "cache")["refused_in_place"]
+    assert refused["to_eager"] == 1, refused
+    assert refused["max_units"] <= 2.0 and refused["cos"] >= 0.999999, refused
+
+
 @pytest.mark.parametrize("version", ("0.2.19", "0.2.27"))
 def test_calls_outside_the_ops_limits_go_to_eager_on_the_device(rope_run, version):
     result = rope_run(version, "declined")
