@@ -789,10 +789,11 @@ def _dispatch(func, args, kwargs):
                 _sync_metadata(same)
             return same
         if out_index is not None and o.device.type == "cpu":
-            if normal_in_inference:
+            if normal_in_inference and func.is_view:
                 # A view of a normal tensor is a normal tensor even in inference
                 # mode (autograd sets its version counter, which an inference
-                # tensor refuses); being lax for non-views is harmless.
+                # tensor refuses). Anything computed is an inference tensor, as
+                # on a card: code that keys on version counters sees none.
                 with torch.inference_mode(False):
                     return NpuTensor(o, out_index)
             return NpuTensor(o, out_index)

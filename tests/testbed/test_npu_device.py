@@ -337,6 +337,13 @@ class _Checks:
             y = F.linear(torch.randn(2, 4, device="npu"), weight)
             v = weight.t()  # a view of a normal tensor inside inference mode
             assert y.device.type == "npu" and nd.shares_storage(v, weight)
+            # as on a card: the view stays a normal tensor (a version counter), what is
+            # computed from it is an inference tensor (none), whatever its inputs were
+            assert not v.is_inference() and v._version == weight._version
+            computed = weight * 2
+            assert computed.is_inference()
+            with pytest.raises(RuntimeError, match="version counter"):
+                computed._version
 
     def test_threads(self):
         import threading
