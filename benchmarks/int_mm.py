@@ -45,7 +45,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
 import harness  # noqa: E402
-from device_work import kernels as device_kernels  # noqa: E402  (beside this script)
+from testbed.device_work import kernels as device_kernels  # noqa: E402
 
 KITCHEN = "0.2.40"
 # label, M, K, N, timed?: DiT-layer GEMMs as eager's W4A8/int8 paths issue them, for the

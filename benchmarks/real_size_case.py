@@ -68,10 +68,7 @@ from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode  # noqa: E4
 from torch.utils._python_dispatch import TorchDispatchMode  # noqa: E402
 from torch.utils._pytree import tree_flatten  # noqa: E402
 
-from testbed import npu_device  # noqa: E402
-
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from device_work import ALLOCATION_OPS, ENTRY_OPS, VIEW_OPS, bare  # noqa: E402
+from testbed import device_account, npu_device  # noqa: E402
 
 BIG = 1 << 18  # tensors with at least this many elements carry no data
 FAKE = FakeTensorMode(allow_non_fake_inputs=True)
@@ -146,12 +143,6 @@ MODULES = {"RMSNorm": "norms", "GroupNorm": "norms", "LayerNorm": "norms", "Temp
            "AdalnProj": "modulation", "FinalLayer": "modulation", "TimeEmbedder": "other",
            "Conv3d": "convolutions", "Conv2d": "convolutions", "Conv1d": "convolutions",
            "CausalConv3d": "convolutions", "RotaryEmbeddingND": "RoPE", "Attention": "attention"}
-GEMM_OPS = {"mm", "addmm", "bmm", "baddbmm", "addbmm"}
-CONV_OPS = {"convolution", "_convolution", "conv1d", "conv2d", "conv3d", "convolution_overrideable"}
-SKIP = VIEW_OPS | ALLOCATION_OPS | ENTRY_OPS | {"_local_scalar_dense", "record_stream"}
-
-rows = collections.defaultdict(lambda: [0, 0, 0.0, 0.0])  # (class, op) -> kernels, bytes, flops, int8 flops
-counting = False
 
 
 def _frame_class():
@@ -172,100 +163,28 @@ def _frame_class():
     return "elementwise glue"
 
 
-def _nbytes(t):
-    if not isinstance(t, torch.Tensor):
-        return 0
-    n = 1
-    for size, stride in zip(t.shape, t.stride()):
-        if stride != 0:
-            n *= size
-    return n * t.element_size()
-
-
-def _flops(op, args, out):
-    tensors = _tensors(tree_flatten(args)[0])
-    outs = _tensors(tree_flatten(out)[0])
-    if op in GEMM_OPS and len(tensors) >= 2:
-        a, b = tensors[-2], tensors[-1]
-        return 2.0 * a.numel() * b.shape[-1]
-    if op == "scaled_dot_product_attention":
-        q, k = tensors[0], tensors[1]
-        return 4.0 * q.numel() * k.shape[-2]
-    if op in CONV_OPS and len(tensors) >= 2:
-        weight = tensors[1]
-        return 2.0 * outs[0].numel() * math.prod(weight.shape[1:])
-    return float(sum(o.numel() for o in outs))
-
-
-def _record(klass, op, nbytes, flops, int8=False):
-    row = rows[(klass, op)]
-    row[0] += 1
-    row[1] += nbytes
-    row[2 if not int8 else 3] += flops
-
-
-_bed_dispatch = npu_device._dispatch
-
-
-def counting_dispatch(func, args, kwargs):
-    op = bare(func._schema.name)
-    if not counting or func.namespace not in ("aten", "prims") or op in SKIP or \
-            npu_device._runs_as_decomposition(func):
-        return _bed_dispatch(func, args, kwargs)
-    klass = _frame_class()
-    out = _bed_dispatch(func, args, kwargs)
-    if op in GEMM_OPS:
-        klass = klass if klass in ("quantized linears", "other linears") else "other linears"
-    elif op == "scaled_dot_product_attention":
-        klass = "attention"
-    elif op in CONV_OPS:
-        klass = "convolutions"
-    inputs = _tensors(tree_flatten((args, kwargs))[0])
-    outputs = _tensors(tree_flatten(out)[0])
-
-    _record(klass, op, sum(map(_nbytes, inputs)) + sum(map(_nbytes, outputs)), _flops(op, (args, kwargs), out),
-            int8=op in GEMM_OPS and inputs[0].dtype == torch.int8)
-    return out
-
-
-npu_device._dispatch = counting_dispatch
-
-# torch_npu ops: inputs from the bed's record, outputs from the wrapping of each result
-from torch_npu import _ops as npu_ops  # noqa: E402
-from torch_npu import _testbed  # noqa: E402
-
-_current = []
-_bed_record = _testbed.record
-_bed_out = npu_ops._out
 NPU_CLASSES = {"npu_dynamic_quant": "quantized linears", "npu_quant_matmul": "quantized linears",
                "npu_rotary_mul": "RoPE", "npu_rms_norm": "norms", "npu_swiglu": "activation",
                "npu_group_norm_silu": "norms"}
+ACCOUNT = device_account.Account(classify=_frame_class, npu_classes=NPU_CLASSES).install()
 
 
-def counting_record(op, tensors, options, notes=None):
-    rec = _bed_record(op, tensors, options, notes)
-    if counting:
-        present = [t for t in tensors.values() if isinstance(t, torch.Tensor)]
-        flops = 0.0
-        if op == "npu_quant_matmul":
-            x1, x2 = tensors["x1"], tensors["x2"]
-            flops = 2.0 * x1.numel() * x2.shape[-1]
-        klass = NPU_CLASSES.get(op) or _frame_class()
-        _record(klass, op, sum(map(_nbytes, present)), flops, int8=op == "npu_quant_matmul")
-        _current[:] = [(klass, op)]
-    return rec
+def start_counting():
+    torch_npu._testbed.reset()
+    npu_device.reset_cpu_fallbacks()
+    npu_device.reset_op_counts(enable=True)
+    ACCOUNT.start()
 
 
-def counting_out(t, index):
-    if counting and _current:
-        rows[_current[0]][1] += _nbytes(t)
-        if _current[0][1] != "npu_quant_matmul":
-            rows[_current[0]][2] += t.numel()
-    return _bed_out(t, index)
+def stop_counting():
+    rows = ACCOUNT.stop()
+    aten = dict(npu_device.op_counts())
+    npu_device.reset_op_counts(enable=False)
+    return {"rows": rows, "aten_ops": aten,
+            "npu_ops": dict(torch_npu._testbed.calls), "fallbacks": dict(npu_device.cpu_fallbacks()),
+            "sdpa_paths": dict(torch_npu._testbed.sdpa_paths),
+            "errors": [list(e) for e in torch_npu._testbed.errors][:5]}
 
-
-_testbed.record = counting_record
-npu_ops._out = counting_out
 
 report = {"part": OPTS.part, "variant": OPTS.variant, "torch": torch.__version__,
           "device": str(mm.get_torch_device())}
@@ -273,26 +192,6 @@ if "ascend_shim.engine.runner" in sys.modules:
     import ascend_shim
 
     report["shim"] = {row["name"]: row["state"] for row in ascend_shim.status()["patches"]}
-
-
-def start_counting():
-    global counting
-    rows.clear()
-    torch_npu._testbed.reset()
-    npu_device.reset_cpu_fallbacks()
-    npu_device.reset_op_counts(enable=True)
-    counting = True
-
-
-def stop_counting():
-    global counting
-    counting = False
-    aten = dict(npu_device.op_counts())
-    npu_device.reset_op_counts(enable=False)
-    return {"rows": [[k, op, *v] for (k, op), v in sorted(rows.items())], "aten_ops": aten,
-            "npu_ops": dict(torch_npu._testbed.calls), "fallbacks": dict(npu_device.cpu_fallbacks()),
-            "sdpa_paths": dict(torch_npu._testbed.sdpa_paths),
-            "errors": [list(e) for e in torch_npu._testbed.errors][:5]}
 
 
 def fill(shape, dtype, key=""):

@@ -33,7 +33,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "tests"))
-from device_work import VIEW_OPS  # noqa: E402  (beside this script)
+from testbed.device_work import VIEW_OPS  # noqa: E402
 
 KITCHEN = "0.2.40"
 TAG = "@@rope "

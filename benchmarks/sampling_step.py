@@ -7,7 +7,8 @@ simulated 910B (``ASCEND_TESTBED=ascend-cu130``, the shim installed). The last
 of ``--steps`` steps is counted: every aten op run on npu tensors during the
 diffusion model's forward, and every torch_npu op call; ``device_work.kernels``
 turns them into device kernels (views, allocations and the shim's ``_int_mm``
-entry left out, each torch_npu op one kernel). The tiny models have the real
+entry left out, each torch_npu op one kernel); ``testbed.device_account`` adds
+the bytes those kernels read and write. The tiny models have the real
 block structure (every quantized linear, RoPE, attention and norm call of a
 step), so the totals scale with depth, not with width.
 
@@ -44,7 +45,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
 import harness  # noqa: E402
-from device_work import bare, kernels  # noqa: E402  (beside this script)
+from testbed.device_work import bare, kernels  # noqa: E402
 
 COMFYUI = "0.30.0"
 CASES = harness.TESTS / "e2e" / "sample_cases.py"
@@ -83,7 +84,7 @@ def run(name, arch, variants, steps, workdir):
             group = next((g for g, ops in GROUPS if bare(op) in ops), None)
             if group:
                 by_group[group] += n
-        rows[variant] = {"kernels": kernels(aten, npu), "groups": dict(by_group),
+        rows[variant] = {"kernels": kernels(aten, npu), "bytes": seen.get("step_bytes"), "groups": dict(by_group),
                          "int_mm_entries": aten.get("aten::_int_mm", 0),
                          "cpu_fallbacks": sum(counts["fallbacks"].values()),
                          "attention": counts.get("sdpa_paths"), "aten_ops": aten, "npu_ops": npu}
@@ -109,8 +110,9 @@ def main():
         print(json.dumps(result, indent=1))
         return 0
     names = options.contenders.split(",")
-    print("device kernels in one sampling step (one diffusion-model forward), real ComfyUI %s on the "
-          "simulated 910B; in brackets: int8 linear ops / fused RoPE+RMSNorm+SwiGLU ops / SDPA / CPU fallbacks" % COMFYUI)
+    print("device kernels and MB moved in one sampling step (one diffusion-model forward), real ComfyUI %s on "
+          "the simulated 910B; in brackets: int8 linear ops / fused RoPE+RMSNorm+SwiGLU ops / SDPA / CPU fallbacks"
+          % COMFYUI)
     print("| model | weights | %s |" % " | ".join(names))
     print("|---|---|%s" % ("---:|" * len(names)))
     for arch, by_name in result.items():
@@ -122,9 +124,9 @@ def main():
                     cells.append("error: %s" % row["error"])
                     continue
                 g = row["groups"]
-                cells.append("%d (%d / %d / %d / %d)" % (
-                    row["kernels"], g.get("int8 linear", 0), g.get("fused RoPE/RMSNorm/SwiGLU", 0),
-                    g.get("attention", 0), row["cpu_fallbacks"]))
+                cells.append("%d, %.2f MB (%d / %d / %d / %d)" % (
+                    row["kernels"], (row["bytes"] or 0) / 1e6, g.get("int8 linear", 0),
+                    g.get("fused RoPE/RMSNorm/SwiGLU", 0), g.get("attention", 0), row["cpu_fallbacks"]))
             print("| %s | %s | %s |" % (arch, variant, " | ".join(cells)))
     return 0
 

@@ -111,6 +111,11 @@ except ImportError:
     machine = npu_device = None
 on_npu = machine is not None and machine.active() in ("ascend-cu130", "ascend-cpu") \
     and "torch_npu" in sys.modules
+step_account = None
+if OPTS.count_step and on_npu:  # device bytes of the counted step, beside its op counts
+    from testbed import device_account
+
+    step_account = device_account.Account().install()
 report["startup"] = "ok"
 report["device"] = str(mm.get_torch_device())
 report["vram_state"] = mm.vram_state.name
@@ -218,6 +223,7 @@ def sample_once(patcher, spec, seed=7):
 
             seen["npu_ops_before"] = dict(torch_npu._testbed.calls)
             npu_device.reset_op_counts(enable=True)
+            step_account.start()
 
     def keep_first_output(module, args, output):
         if "velocity" not in seen:  # the first step's prediction: same input in every run
@@ -227,6 +233,9 @@ def sample_once(patcher, spec, seed=7):
 
             seen["step_aten_ops"] = dict(npu_device.op_counts())
             npu_device.reset_op_counts(enable=False)
+            rows = step_account.stop()
+            seen["step_bytes"] = sum(row[3] for row in rows)
+            seen["step_account_kernels"] = sum(row[2] for row in rows)
             before = seen.pop("npu_ops_before")
             seen["step_npu_ops"] = {op: n - before.get(op, 0) for op, n in torch_npu._testbed.calls.items()
                                     if n - before.get(op, 0)}
