@@ -4,6 +4,8 @@ npu_device      the ``npu`` device on CPU torch (wrapper tensors, CPU fallbacks)
 fake_torch_npu  a ``torch_npu`` package (on sys.path only on ascend machines)
 machine         ``activate(kind)``, ``subprocess_env(kind)``, ``run_pytest(...)``
 boot            a sitecustomize that activates ``$ASCEND_TESTBED`` at start-up
+device_work     which bed-counted ops are device kernels (views, allocations left out)
+device_account  kernels, device bytes and FLOPs per op of a counted stretch (benchmarks)
 
 Import it as ``testbed`` with tests/ on sys.path.
 """
