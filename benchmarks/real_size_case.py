@@ -75,10 +75,6 @@ FAKE = FakeTensorMode(allow_non_fake_inputs=True)
 NPU = torch.device("npu", 0)
 
 
-def _tensors(flat):
-    return [a for a in flat if isinstance(a, torch.Tensor)]
-
-
 class DataLess(TorchDispatchMode):
     """Large tensors become fake; ops on npu tensors are left to the bed (which meets this mode
     again for the op on the wrapped tensors). With ``meta`` set, large host tensors are meta ones
@@ -89,7 +85,7 @@ class DataLess(TorchDispatchMode):
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
         flat = tree_flatten((args, kwargs))[0]
-        tensors = _tensors(flat)
+        tensors = device_account.tensors_in(flat)
         if any(isinstance(t, npu_device.NpuTensor) or type(t) not in (torch.Tensor, torch.nn.Parameter, FakeTensor)
                for t in tensors):
             return NotImplemented  # npu tensors and other subclasses (kitchen's QuantizedTensor) first
@@ -113,7 +109,7 @@ class DataLess(TorchDispatchMode):
         else:  # a factory: data-less when large
             with FAKE:
                 probe = func(*args, **kwargs)
-            small = all(t.numel() < BIG for t in _tensors(tree_flatten(probe)[0]))
+            small = all(t.numel() < BIG for t in device_account.tensors_in(tree_flatten(probe)[0]))
             if small:
                 out = func(*args, **kwargs)
             elif self.meta and not to_npu:

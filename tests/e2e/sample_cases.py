@@ -233,9 +233,7 @@ def sample_once(patcher, spec, seed=7):
 
             seen["step_aten_ops"] = dict(npu_device.op_counts())
             npu_device.reset_op_counts(enable=False)
-            rows = step_account.stop()
-            seen["step_bytes"] = sum(row[3] for row in rows)
-            seen["step_account_kernels"] = sum(row[2] for row in rows)
+            seen["step_bytes"] = sum(row[3] for row in step_account.stop())
             before = seen.pop("npu_ops_before")
             seen["step_npu_ops"] = {op: n - before.get(op, 0) for op, n in torch_npu._testbed.calls.items()
                                     if n - before.get(op, 0)}

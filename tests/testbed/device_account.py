@@ -43,13 +43,14 @@ def nbytes(t) -> int:
     return n * t.element_size()
 
 
-def _tensors(flat):
+def tensors_in(flat) -> list:
+    """The tensors among a flattened argument list."""
     return [a for a in flat if isinstance(a, torch.Tensor)]
 
 
 def flops(op: str, args, out) -> float:
-    tensors = _tensors(tree_flatten(args)[0])
-    outs = _tensors(tree_flatten(out)[0])
+    tensors = tensors_in(tree_flatten(args)[0])
+    outs = tensors_in(tree_flatten(out)[0])
     if op in GEMM_OPS and len(tensors) >= 2:
         a, b = tensors[-2], tensors[-1]
         return 2.0 * a.numel() * b.shape[-1]
@@ -113,8 +114,8 @@ class Account:
             klass = "attention"
         elif self._named and op in CONV_OPS:
             klass = "convolutions"
-        inputs = _tensors(tree_flatten((args, kwargs))[0])
-        outputs = _tensors(tree_flatten(out)[0])
+        inputs = tensors_in(tree_flatten((args, kwargs))[0])
+        outputs = tensors_in(tree_flatten(out)[0])
         self._add(klass, op, sum(map(nbytes, inputs)) + sum(map(nbytes, outputs)), flops(op, (args, kwargs), out),
                   int8=op in GEMM_OPS and bool(inputs) and inputs[0].dtype == torch.int8)
         return out
