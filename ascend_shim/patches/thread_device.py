@@ -10,7 +10,7 @@ goes to the original.
 
 import contextlib
 
-from ascend_shim.engine import versions
+from ascend_shim.engine import default_card, versions
 from ascend_shim.engine.patching import Patch, argument
 from ascend_shim.patches._guards import device_type, npu_and_attribute
 from ascend_shim.patches._wraps import wrap_function
@@ -30,6 +30,7 @@ def _set_torch_device(mm, wrapped, instance, args, kwargs):
     import torch
 
     torch.npu.set_device(device)  # type: ignore[attr-defined]
+    default_card.thread_chose()
     return None
 
 
@@ -37,6 +38,7 @@ def _set_torch_device(mm, wrapped, instance, args, kwargs):
 def _on_card(index):
     import torch
 
+    default_card.bind_thread()  # a fresh thread returns to the launcher's card, as on CUDA
     previous = torch.npu.current_device()  # type: ignore[attr-defined]
     if previous == index:
         yield

@@ -79,6 +79,8 @@ def starting(loader, spec, module):
     _deliver_parent_namespace(name)
     if name == "torch_npu":
         _before_torch_npu()
+    elif name == "comfy.model_management" and "torch_npu" in _delivered:
+        _bind_default_card()
     _executing.add(name)
     return None
 
@@ -182,6 +184,27 @@ def _after_torch_npu():
     except Exception:  # torch_npu did not import or has no runtime: no NPU here
         pass
     visible_devices.after_import(count)
+    if count and "comfy.model_management" in _executing:  # it imported torch_npu itself
+        _bind_default_card()
+
+
+def _bind_default_card():
+    """The thread about to run ComfyUI's model code, which asks for its device at import, is
+    bound to the card the launcher named first (engine.default_card), unless ComfyUI's own
+    flags keep it off the NPU."""
+    try:
+        from ascend_shim.engine import default_card
+
+        if default_card.index() is None:
+            return
+        args = getattr(sys.modules.get("comfy.cli_args"), "args", None)
+        if getattr(args, "cpu", False) or getattr(args, "directml", None) is not None:
+            return
+        default_card.bind_thread()
+    except Exception as exc:
+        if _strict():
+            raise
+        warn("selecting the NPU card failed: %s: %s" % (type(exc).__name__, exc))
 
 
 def _withdraw_without_npu():

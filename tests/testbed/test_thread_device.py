@@ -3,8 +3,9 @@
 ACL binds a device to each thread and torch_npu keeps the index per thread
 (``c10_npu::GetDevice``/``SetDevice``, NPUFunctions.cpp): a thread that never set one is
 bound to card 0 at its first query (older releases raised ACL error 107002, "The context is
-empty"). ACL reads ASCEND_RT_VISIBLE_DEVICES as CANN's envref says: IDs in the order given,
-up to the first entry that is not a digit string or names no card. One child interpreter on
+empty"). ACL reads ASCEND_RT_VISIBLE_DEVICES as CANN's envref says: ascending IDs only, up
+to the first entry that is not a digit string or names no card; the bed refuses an ID out of
+order the same way (reading stops there), so a value ACL does not support never passes. One child interpreter on
 a 4-card bed runs every check.
 """
 
@@ -58,7 +59,7 @@ out["ops_by_device"] = sorted({str(i) for (i, _), n in nd.op_counts_by_device().
 nd.reset_op_counts(enable=False)
 
 readings = {}
-for value in ["2", "3,1", "1,3,8", "1, 2", "-1", "", "abc", "1,1,2", "0,1,2,3"]:
+for value in ["2", "3,1", "7,0,1,2", "0,2,1,3", "1,3,8", "1, 2", "-1", "", "abc", "1,1,2", "0,1,2,3"]:
     os.environ["ASCEND_RT_VISIBLE_DEVICES"] = value
     readings[value] = _visible_cards()
 del os.environ["ASCEND_RT_VISIBLE_DEVICES"]
@@ -99,5 +100,5 @@ def test_ops_are_counted_per_card(child):
 
 def test_ascend_rt_visible_devices_is_read_as_acl_does(child):
     assert child["readings"] == {
-        "2": [2], "3,1": [3, 1], "1,3,8": [1, 3], "1, 2": [1], "-1": [], "": [], "abc": [], "1,1,2": [1],
+        "2": [2], "3,1": [3], "7,0,1,2": [], "0,2,1,3": [0, 2], "1,3,8": [1, 3], "1, 2": [1], "-1": [], "": [], "abc": [], "1,1,2": [1],
         "0,1,2,3": [0, 1, 2, 3], "None": [0, 1, 2, 3]}
