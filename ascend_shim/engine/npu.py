@@ -28,7 +28,7 @@ def is_out_of_memory(exc: BaseException) -> bool:
 
     # torch.OutOfMemoryError exists from torch 2.5; older stacks say it in the text
     oom = getattr(torch, "OutOfMemoryError", ())
-    return isinstance(exc, oom) or "out of memory" in str(exc).lower()
+    return isinstance(exc, oom) or "out of memory" in str(exc).lower() or npu_out_of_memory(exc)
 
 
 # torch_npu's caching allocator: "NPU out of memory. Tried to allocate 52.00 MiB (NPU 3; 60.96 GiB
@@ -40,11 +40,15 @@ _OOM_CARD = re.compile(r"\(NPU (\d+);")
 _ACL_ERROR = re.compile(r"NPU (?:function )?error\b.*error code is (\d+)")
 _ACL_OUT_OF_MEMORY = ("207001",)  # ACL_ERROR_RT_MEMORY_ALLOCATION
 _ACL_OOM_LINE = re.compile(r"^\s*(?:\w+\()?EL0004\b|driver error:\s*out of memory", re.IGNORECASE)
+# older op-plugin builds raise an aclnn failure with ACL's message after "detail:" on the first
+# line: "call aclnnCast failed, detail:EL0004: [PID: 1234] ... Failed to allocate memory." Only
+# EL0004 (memory allocation) is an OOM: "detail:EZ9999: Inner Error!" stays an error.
+_ACLNN_DETAIL_OOM = re.compile(r"(?:^|\s)call aclnn\w+ failed, detail:\s*EL0004\b")
 
 
 def npu_out_of_memory(exc: BaseException) -> bool:
     """Whether ``exc`` is torch_npu saying a card ran out of memory, in one of its own wordings
-    (the allocator's message, an ACL allocation failure). Stricter than ``is_out_of_memory``:
+    (the allocator's message, an ACL allocation failure, older op-plugin's aclnn ``detail:EL0004``). Stricter than ``is_out_of_memory``:
     only a RuntimeError whose first line is torch_npu's, so an unrelated error quoting an OOM
     text (a ValueError, a wrapped message) keeps its meaning."""
     if not isinstance(exc, RuntimeError):
@@ -52,7 +56,7 @@ def npu_out_of_memory(exc: BaseException) -> bool:
     lines = str(exc).strip().splitlines()
     if not lines:
         return False
-    if _ALLOCATOR_OOM.match(lines[0]):
+    if _ALLOCATOR_OOM.match(lines[0]) or _ACLNN_DETAIL_OOM.search(lines[0]):
         return True
     acl = _ACL_ERROR.search(lines[0])
     if acl is None:

@@ -261,33 +261,44 @@ OOM_TEXT = ("NPU out of memory. Tried to allocate 2.00 GiB (NPU 1; 60.96 GiB tot
 ACL_TEXT = ("operator():build/CMakeFiles/torch_npu.dir/compiler_depend.ts:128 NPU function error: call aclnnMatmul "
             "failed, error code is 207001\n[ERROR] 2026-12-03-05:00:00 (PID:1, Device:1, RankID:-1) ERR00100 PTA "
             "call acl api failed\n[Error]: Failed to apply for memory.\nEL0004: [PID: 1] Failed to allocate memory.")
+# older op-plugin builds: ACL's message after "detail:" on the first line
+DETAIL_TEXT = ("call aclnnCast failed, detail:EL0004: [PID: 1] 2026-12-03-05:00:00.000.000 Failed to allocate memory.\n"
+               "        Possible Cause: Available memory is insufficient.\n"
+               "        Solution: Close applications not in use.")
+
+
+def decode_once_out_of_memory(vae, key, text, out):
+    """A VAE decode whose first try raises RuntimeError(text): out[key] is its outcome,
+    out[key + "_log"] ComfyUI's memory lines meanwhile."""
+    decoder = vae.first_stage_model
+    real_decode = decoder.decode
+    raised: list = []
+
+    def decode(*args, **kwargs):
+        if not raised:
+            raised.append(1)
+            raise RuntimeError(text)
+        return real_decode(*args, **kwargs)
+
+    decoder.decode = decode
+    logs_before = len(log_stream.getvalue().splitlines())
+    try:
+        pixels = vae.decode(torch.randn(1, 16, 8, 8))
+        out[key] = "ok %s" % list(pixels.shape)
+    except BaseException as exc:
+        out[key] = error_line(exc)
+    finally:
+        decoder.decode = real_decode
+    out[key + "_log"] = [line for line in log_stream.getvalue().splitlines()[logs_before:]
+                         if "memory" in line.lower()]
 
 
 def oom_cases():
     out = report["oom"] = {}
     vae = report.pop("_vae", None)
     if vae is not None:
-        decoder = vae.first_stage_model
-        real_decode = decoder.decode
-        raised: list = []
-
-        def decode_once_out_of_memory(*args, **kwargs):
-            if not raised:
-                raised.append(1)
-                raise RuntimeError(OOM_TEXT)
-            return real_decode(*args, **kwargs)
-
-        decoder.decode = decode_once_out_of_memory
-        logs_before = len(log_stream.getvalue().splitlines())
-        try:
-            pixels = vae.decode(torch.randn(1, 16, 8, 8))
-            out["decode"] = "ok %s" % list(pixels.shape)
-        except BaseException as exc:
-            out["decode"] = error_line(exc)
-        finally:
-            decoder.decode = real_decode
-        out["decode_log"] = [line for line in log_stream.getvalue().splitlines()[logs_before:]
-                             if "memory" in line.lower()]
+        for key, text in (("decode", OOM_TEXT), ("decode_detail", DETAIL_TEXT)):
+            decode_once_out_of_memory(vae, key, text, out)
     try:
         mm.is_oom(RuntimeError(OOM_TEXT))
         out["summary_first_lines"] = mm.debug_memory_summary().splitlines()[:2]
@@ -302,6 +313,9 @@ def oom_cases():
         "shape_error": RuntimeError("mat1 and mat2 shapes cannot be multiplied (4x8 and 16x4)"),
         "acl_other_code": RuntimeError(ACL_TEXT.replace("207001", "507035").replace("EL0004", "EZ9999")
                                        .replace("Failed to allocate memory.", "kernel failed.")),
+        "aclnn_detail_el0004": RuntimeError(DETAIL_TEXT),
+        "aclnn_detail_ez9999": RuntimeError("call aclnnCast failed, detail:EZ9999: Inner Error!\nEZ9999  Cannot "
+                                            "parse json for config file [cast.json]."),
     }
     out["is_oom"] = {name: bool(mm.is_oom(exc)) for name, exc in errors.items()}
 

@@ -1,6 +1,6 @@
 """ComfyUI's own MultiGPU on 4 simulated NPUs, end to end (issue 27, items 2-4).
 
-Real ComfyUI 0.30.0 and comfy-kitchen 0.2.27, one fresh interpreter on a bed with 4 cards
+The users' ComfyUI v0.30.0 and comfy-kitchen 0.2.26, one fresh interpreter on a bed with 4 cards
 (``multigpu_cases.py``): the tiny int8 Flux and MiniMax-H3 checkpoints of ``tiny_models.py``
 sampled with CFG on two prompts (four work units) on one card and through the MultiGPU CFG
 Split (``create_multigpu_deepclones``, what the node runs) on 2 and 4 cards; the
@@ -14,8 +14,8 @@ import pytest
 import harness
 
 CASES = harness.TESTS / "e2e" / "multigpu_cases.py"
-COMFYUI = "0.30.0"
-KITCHEN = "0.2.27"
+COMFYUI = harness.COMFYUI_USER
+KITCHEN = harness.COMFYUI_USER_KITCHEN
 ARCHS = ("flux", "minimax")
 CARDS = 4
 
@@ -96,8 +96,16 @@ def test_npu_out_of_memory_makes_vae_decode_retry_tiled(report):
     assert "device ID 1" in oom["summary_first_lines"][1]
 
 
+def test_an_aclnn_detail_out_of_memory_makes_vae_decode_retry_tiled(report):
+    """Older op-plugin builds raise ``call aclnnX failed, detail:EL0004: ...``: a decode that runs
+    out that way is retried tiled too, not lost."""
+    oom = report["oom"]
+    assert oom["decode_detail"] == "ok [1, 64, 64, 3]", oom
+    assert any("retrying with tiled VAE decoding" in line for line in oom["decode_detail_log"]), oom
+
+
 def test_is_oom_knows_torch_npu_wordings_and_nothing_else(report):
     assert report["oom"]["is_oom"] == {
         "allocator_runtime_error": True, "acl_207001": True, "torch_out_of_memory": True,
         "value_error_quoting_oom": False, "runtime_error_quoting_oom": False, "shape_error": False,
-        "acl_other_code": False}
+        "acl_other_code": False, "aclnn_detail_el0004": True, "aclnn_detail_ez9999": False}

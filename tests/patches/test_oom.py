@@ -2,7 +2,8 @@
 
 The wordings are torch_npu's own, as users report them: the caching allocator's RuntimeError
 (vllm-omni #1199, vllm-ascend #19 and #1127, TouchNet #100), a checked ACL call failing with
-207001 / EL0004 (vllm-ascend #3141). ComfyUI's decision on them, in a real run, is
+207001 / EL0004 (vllm-ascend #3141), older op-plugin's ``call aclnnX failed, detail:EL0004``
+first line (its EZ9999 form in LlamaFactory #5425). ComfyUI's decision on them, in a real run, is
 tests/e2e/test_multigpu.py.
 """
 
@@ -21,13 +22,26 @@ ACL = ("operator():build/CMakeFiles/torch_npu.dir/compiler_depend.ts:128 NPU fun
        "EL0004: [PID: 316198] 2025-09-28-07:22:29.827.496 Failed to allocate memory.")
 
 
+# older op-plugin builds: ACL's message after "detail:" on the first line (the EZ9999 form is
+# LlamaFactory #5425 / ms-swift #2517; EL0004 is ACL's memory-allocation code, as above)
+DETAIL = ("call aclnnCast failed, detail:EL0004: [PID: 316198] 2025-09-28-07:22:29.827.496 Failed to allocate "
+          "memory.\n        Possible Cause: Available memory is insufficient.\n        Solution: Close applications "
+          "not in use.\n        TraceBack (most recent call last):")
+DETAIL_OTHER = ("call aclnnCast failed, detail:EZ9999: Inner Error!\nEZ9999  Cannot parse json for config file "
+                "[/usr/local/Ascend/ascend-toolkit/latest/opp/built-in/op_impl/ai_core/tbe//kernel/config/ascend910/"
+                "cast.json].\n        EL0004: Failed to allocate memory.")
+
+
 @pytest.mark.parametrize("exc", [
+    RuntimeError(DETAIL),
+    RuntimeError(DETAIL.replace("aclnnCast", "aclnnQuantMatmulV4")),
     RuntimeError(ALLOCATOR),
     RuntimeError("malloc:torch_npu/csrc/core/npu/NPUCachingAllocator.cpp:1203 " + ALLOCATOR),
     RuntimeError(ACL),
     RuntimeError(ACL.replace("207001", "507899")),  # another code, the EL0004 line says it
     RuntimeError("copy_:build/x.cpp:10 NPU error, error code is 507899\n[Error]: driver error:out of memory"),
-], ids=["allocator", "allocator-with-location", "acl-207001", "acl-el0004", "driver"])
+], ids=["aclnn-detail", "aclnn-detail-quant-matmul", "allocator", "allocator-with-location", "acl-207001",
+        "acl-el0004", "driver"])
 def test_torch_npu_out_of_memory_wordings(exc):
     assert npu_out_of_memory(exc)
 
@@ -41,7 +55,11 @@ def test_torch_npu_out_of_memory_wordings(exc):
     RuntimeError(ACL.replace("207001", "507035").replace("EL0004", "EZ9999")),
     RuntimeError("the model ran out of memory budget: EL0004"),  # no torch_npu first line
     RuntimeError(""),
-], ids=["value-error", "key-error", "quoted", "shapes", "cuda", "acl-other", "no-acl-line", "empty"])
+    RuntimeError(DETAIL_OTHER),  # EZ9999 first: an error, whatever a later line says
+    RuntimeError("loading failed: see below\n" + DETAIL),  # the wording on a later line only
+    ValueError(DETAIL),
+], ids=["value-error", "key-error", "quoted", "shapes", "cuda", "acl-other", "no-acl-line", "empty",
+        "aclnn-detail-ez9999", "aclnn-detail-not-first", "aclnn-detail-value-error"])
 def test_other_errors_keep_their_meaning(exc):
     assert not npu_out_of_memory(exc)
 
