@@ -24,11 +24,12 @@ COMFY_FAKES = TESTBED / "comfy_fakes"
 CACHE = Path(os.environ.get("ASCEND_SHIM_TEST_CACHE", REPO / ".cache"))
 
 # every comfy-kitchen release the INT8 tests run against
-KITCHEN_VERSIONS = ("0.2.11", "0.2.19", "0.2.22", "0.2.23", "0.2.26", "0.2.27", "0.2.34", "0.2.36", "0.2.40")
+KITCHEN_VERSIONS = ("0.2.11", "0.2.19", "0.2.22", "0.2.23", "0.2.26", "0.2.27", "0.2.31", "0.2.34", "0.2.36", "0.2.40")
 STARTUP_PYTHONS = ("3.10", "3.11", "3.12", "3.13")
 
-# the real ComfyUI releases the suite runs, with the upstream commit of each
-# (the commit that set comfyui_version.py to it; 0.29.0/0.30.0: master commits)
+# the real ComfyUI trees the suite runs, oldest first, with the upstream commit of each (the
+# commit that set comfyui_version.py to it; 0.29.0: a master commit; v0.30.0 and v0.33.0: the
+# release tags, named as their archives are). Each is found as ComfyUI-<name>.tar.xz.
 COMFYUI_RELEASES = {
     "0.3.10": "9c773a241b446c7abb0cfabe1d292746251fed73",
     "0.3.14": "debabccb847b24e6be7cf69deb9c66026364cb04",
@@ -37,9 +38,17 @@ COMFYUI_RELEASES = {
     "0.15.1": "3dd10a59c00248d00f0cb0ab794ff1bb9fb00a5f",
     "0.27.0": "bb131be9e83d2f773c90f1d6f1e4b248a498c8c5",
     "0.29.0": "4f874c5e3a2fafb9938273c5f3fc47d2da017667",
-    "0.30.0": "6db4fa2fcd38a92d4e0364c917cd8503620e2a74",
+    "v0.30.0": "b1693ecba9f5b65f8c80ab36b195ab963ec92413",
+    "v0.33.0": "2f35f4a08176d993cded35dac3332be4f7287f41",
 }
 COMFYUI_VERSIONS = tuple(COMFYUI_RELEASES)
+# the release the users run (the seed's 0.30.2 has its MiniMax-H3 file byte for byte; it pins
+# comfy-kitchen 0.2.26, the users' own) and the newest release at hand (pins 0.2.31)
+COMFYUI_USER = "v0.30.0"
+COMFYUI_NEWEST = COMFYUI_VERSIONS[-1]
+# the comfy-kitchen each pins (requirements.txt; tests/test_versions.py holds them to it)
+COMFYUI_USER_KITCHEN = "0.2.26"
+COMFYUI_NEWEST_KITCHEN = "0.2.31"
 COMFYUI_GIT = "https://github.com/comfyanonymous/ComfyUI"
 
 # modules that must stay out of an interpreter where nothing targeted loaded

@@ -70,8 +70,8 @@ def test_status_when_switched_off_says_so(no_torch_python, tmp_path):
 
 
 def test_status_import_when_switched_off_says_why_nothing_is_patched(bed_python, tmp_path):
-    env = harness.bed_env("ascend-cu130", comfy=str(harness.comfyui_dir("0.30.0")), kitchen="0.2.27",
-                          ASCEND_SHIM="0")
+    env = harness.bed_env("ascend-cu130", comfy=str(harness.comfyui_dir(harness.COMFYUI_USER)),
+                          kitchen=harness.COMFYUI_USER_KITCHEN, ASCEND_SHIM="0")
     data = as_json(cli(bed_python, ["status", "--json", "--import", "comfy.model_management"],
                        tmp_path, env))
     row = {r["name"]: r for r in data["patches"]}["is_nvidia"]
@@ -152,7 +152,7 @@ def test_status_import_failure_exits_1(bed_python, tmp_path):
 
 
 def test_status_alloc_conf_tells_when_torch_npu_does_not_import(bed_python, tmp_path):
-    env = harness.bed_env("ascend-cpu", comfy=str(harness.comfyui_dir("0.30.0")), kitchen="0.2.27",
+    env = harness.bed_env("ascend-cpu", comfy=str(harness.comfyui_dir(harness.COMFYUI_USER)), kitchen=harness.COMFYUI_USER_KITCHEN,
                           TESTBED_TORCH_NPU_IMPORT_ERROR="libhccl.so: cannot open shared object file")
     data = as_json(cli(bed_python, ["status", "--json", "--import", "comfy"], tmp_path, env))
     row = {r["name"]: r for r in data["patches"]}["alloc_conf"]
@@ -266,9 +266,9 @@ def test_status_json_stays_json_when_an_imported_module_prints(bed_python, tmp_p
 
 
 def test_closed_or_narrow_stdout_is_not_an_internal_error(bed_python, tmp_path):
-    comfy = tmp_path / "ComfyUI"  # the real 0.30.0, linked, with its own version file
+    comfy = tmp_path / "ComfyUI"  # the users' release v0.30.0, linked, with a version file of its own
     comfy.mkdir()
-    for entry in harness.comfyui_dir("0.30.0").iterdir():
+    for entry in harness.comfyui_dir(harness.COMFYUI_USER).iterdir():
         if entry.name != "comfyui_version.py":
             (comfy / entry.name).symlink_to(entry)
     (comfy / "comfyui_version.py").write_text('__version__ = "0.30.2-昇腾"\n', encoding="utf-8")

@@ -67,10 +67,13 @@ def test_comfyui_before_ascend_support_is_a_problem(bed_python, tmp_path):
     assert set(report) == DOCTOR_KEYS and report["comfyui"]["supports_ascend"] is False
 
 
-def test_supported_comfyui_on_the_npu_is_ok(bed_python, tmp_path):
-    comfy = harness.comfyui_dir("0.30.0")
-    # the comfy-kitchen 0.30.0 pins; torchvision/torchaudio that import (stand-ins where this venv has none)
-    env = harness.bed_env("ascend-cu130", kitchen="0.2.27",
+@pytest.mark.parametrize("version, kitchen", [(harness.COMFYUI_USER, harness.COMFYUI_USER_KITCHEN),
+                                              (harness.COMFYUI_NEWEST, harness.COMFYUI_NEWEST_KITCHEN)])
+def test_supported_comfyui_on_the_npu_is_ok(bed_python, tmp_path, version, kitchen):
+    """The users' release and the newest, each with the comfy-kitchen it pins."""
+    comfy = harness.comfyui_dir(version)
+    # torchvision/torchaudio that import (stand-ins where this venv has none)
+    env = harness.bed_env("ascend-cu130", kitchen=kitchen,
                           extra_path=[harness.stand_ins(tmp_path / "stand-ins", bed_python)])
     proc = doctor(bed_python, tmp_path, env, "--json", "--comfyui", str(comfy))
     report = json.loads(proc.stdout)
@@ -80,9 +83,10 @@ def test_supported_comfyui_on_the_npu_is_ok(bed_python, tmp_path):
     assert report["torch"]["cuda_build"] is True
     assert report["torch_npu"]["quant_ops"] == {"npu_dynamic_quant": True, "npu_quant_matmul": True}
     assert report["cann"] == "9.1.0-beta.1"
-    assert report["comfy_kitchen"]["version"] == "0.2.27"
+    assert report["comfy_kitchen"]["version"] == kitchen
     assert report["comfy_kitchen"]["upstream_ascend_backend"] is False
-    assert report["comfyui"]["version"] == "0.30.0" and report["comfyui"]["supports_ascend"] is True
+    assert report["comfyui"]["version"] == version.lstrip("v") and report["comfyui"]["supports_ascend"] is True
+    assert report["comfyui"]["kitchen_pin"] == "==" + kitchen and report["comfyui"]["kitchen_in_use"] is True
     assert report["alloc_conf"] == "expandable_segments:True, set by the shim when ComfyUI starts"
     # ComfyUI's cuda_malloc.py sets cudaMallocAsync in its own process: foreseen, not seen in the shell
     assert any("cuda_malloc.py will set PYTORCH_CUDA_ALLOC_CONF" in f["what"] for f in report["findings"])
@@ -93,7 +97,7 @@ def test_supported_comfyui_on_the_npu_is_ok(bed_python, tmp_path):
 @pytest.mark.parametrize("machine", ["cpu", "nvidia"])
 def test_no_claims_about_an_npu_on_other_machines(bed_python, tmp_path, machine):
     proc = doctor(bed_python, tmp_path, harness.bed_env(machine), "--comfyui",
-                  str(harness.comfyui_dir("0.30.0")))
+                  str(harness.comfyui_dir(harness.COMFYUI_USER)))
     assert proc.returncode == 0
     assert "the NPU" not in proc.stdout
     assert proc.stdout.rstrip().endswith("OK: no Ascend NPU here, so the shim stays inert; nothing to fix")

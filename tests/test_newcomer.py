@@ -1,4 +1,4 @@
-"""A newcomer's first run, on the real ComfyUI 0.30.0 tree and the simulated machines.
+"""A newcomer's first run, on the users' release (ComfyUI v0.30.0) and the simulated machines.
 
 Every output a newcomer reads must be true when printed: status and doctor
 on machines where the shim does nothing, outside the ComfyUI folder, with a
@@ -16,7 +16,8 @@ import pytest
 
 import harness
 
-COMFYUI = "0.30.0"
+COMFYUI = harness.COMFYUI_USER
+KITCHEN = harness.COMFYUI_USER_KITCHEN  # the one it pins
 NOT_ACTIVE_MACHINES = ("cpu", "nvidia")
 FINDER = "import sys; print('finder', any('ascend_shim' in repr(f) for f in sys.meta_path))"
 
@@ -56,7 +57,7 @@ def test_no_shim_frame_in_a_traceback_where_it_does_nothing(bed_python, comfyui,
     # ComfyUI without --cpu: on the CPU (and on the bed's NVIDIA box with a CPU torch)
     # its own import error; wherever it fails, no shim frame
     crash = harness.run([str(bed_python), "-c", "import comfy.model_management"],
-                        harness.bed_env(machine, kitchen="0.2.27"), comfyui)
+                        harness.bed_env(machine, kitchen=KITCHEN), comfyui)
     assert crash.returncode == 0 or "Traceback" in crash.stderr
     assert crash.returncode != 0 or machine == "nvidia"
     assert "ascend_shim" not in crash.stderr, crash.stderr
@@ -99,7 +100,7 @@ def missing_requirements(stdout):
 
 @pytest.mark.parametrize("machine", NOT_ACTIVE_MACHINES)
 def test_status_import_without_an_npu_says_what_happened(bed_python, comfyui, tmp_path, machine):
-    env = harness.bed_env(machine, kitchen="0.2.27")
+    env = harness.bed_env(machine, kitchen=KITCHEN)
     proc = shim(bed_python, ["status", "--import", "comfy.model_management"], comfyui, env)
     out = flat(proc.stdout)
     assert "patched:" not in proc.stdout  # nothing was patched (issue 18 item 11)
@@ -134,19 +135,19 @@ def test_rows_on_the_npu_say_what_they_wait_for(bed_python, tmp_path):
 
 
 def test_comfyui_without_its_kitchen_is_reported(bed_python, comfyui, tmp_path):
-    """ComfyUI 0.30.0 pins comfy-kitchen==0.2.27; 0.2.26 lacks AsymW4A8Int8Layout, so
+    """ComfyUI v0.30.0 pins comfy-kitchen==0.2.26; 0.2.11 lacks TensorCoreConvRotW4A4Layout, so
     ComfyUI runs without kitchen: doctor and status must say so (issue 18 item 9)."""
     # torchvision/torchaudio that import (stand-ins where this venv has none): doctor's start check passes
     starts = [harness.stand_ins(tmp_path / "stand-ins", bed_python)]
-    env = harness.bed_env("ascend-cu130", kitchen="0.2.26", extra_path=starts)
+    env = harness.bed_env("ascend-cu130", kitchen="0.2.11", extra_path=starts)
     proc = shim(bed_python, ["doctor", "--json"], comfyui, env)
     report = json.loads(proc.stdout)
     assert proc.returncode == 1 and report["ok"] is False
-    assert report["comfyui"]["kitchen_pin"] == "==0.2.27" and report["comfyui"]["kitchen_in_use"] is False
+    assert report["comfyui"]["kitchen_pin"] == "==0.2.26" and report["comfyui"]["kitchen_in_use"] is False
     (problem,) = problems(report)
-    assert problem.startswith("ComfyUI 0.30.0 runs without comfy-kitchen") and "AsymW4A8Int8Layout" in problem
+    assert problem.startswith("ComfyUI 0.30.0 runs without comfy-kitchen") and "TensorCoreConvRotW4A4Layout" in problem
     assert problems(report, "warning") == [
-        "comfy-kitchen 0.2.26 is installed; ComfyUI 0.30.0 asks for comfy-kitchen==0.2.27 (its requirements.txt)"]
+        "comfy-kitchen 0.2.11 is installed; ComfyUI 0.30.0 asks for comfy-kitchen==0.2.26 (its requirements.txt)"]
     assert "OK" not in shim(bed_python, ["doctor"], comfyui, env).stdout
     status = shim(bed_python, ["status", "--import", "comfy.quant_ops"], comfyui, env)
     assert ("INT8 (comfy-kitchen): not in use: this ComfyUI runs without comfy-kitchen" in flat(status.stdout))
@@ -154,7 +155,7 @@ def test_comfyui_without_its_kitchen_is_reported(bed_python, comfyui, tmp_path):
     assert table_rows(status.stdout)["kitchen_int8"][1].startswith("unused, ComfyUI runs without comfy-kitchen")
 
     good = json.loads(shim(bed_python, ["doctor", "--json"], comfyui,
-                           harness.bed_env("ascend-cu130", kitchen="0.2.27", extra_path=starts)).stdout)
+                           harness.bed_env("ascend-cu130", kitchen=KITCHEN, extra_path=starts)).stdout)
     assert good["ok"] is True and good["comfyui"]["kitchen_in_use"] is True
     assert not [f for f in good["findings"] if "kitchen" in f["what"]]
 
@@ -197,11 +198,11 @@ def test_doctor_lines_are_true(bed_python, venv_for, tmp_path):
 @pytest.mark.parametrize("machine", ("cpu", "nvidia", "ascend-cu130"))
 def test_newcomer_path(shim_wheel, comfyui, tmp_path, machine):
     """install, status, status --import in and out of ComfyUI, doctor, the test bed
-    by hand, uninstall: on each machine, with the real ComfyUI 0.30.0."""
+    by hand, uninstall: on each machine, with the users' release, ComfyUI v0.30.0."""
     if not harness.torch_available():
         pytest.skip("torch is not installed in the test interpreter")
     python = harness.make_venv(sys.executable, tmp_path / "venv", shim_wheel, with_outer_site=True)
-    env = harness.bed_env(machine, kitchen="0.2.27")
+    env = harness.bed_env(machine, kitchen=KITCHEN)
     npu = machine.startswith("ascend")
 
     status = shim(python, ["status"], tmp_path, env)
@@ -214,7 +215,7 @@ def test_newcomer_path(shim_wheel, comfyui, tmp_path, machine):
     if npu:
         states = {state for state, _ in table_rows(inside.stdout).values()}
         assert "applied" in states and "inert" not in states
-        assert "patched: ComfyUI 0.30.0, comfy-kitchen 0.2.27, torch_npu 2.12.0" in inside.stdout
+        assert "patched: ComfyUI 0.30.0, comfy-kitchen 0.2.26, torch_npu 2.12.0" in inside.stdout
         # comfy.sd (a follow-up import) needs torchvision and torchaudio, which this venv may lack
         missing = missing_requirements(inside.stdout)
         assert inside.returncode == (1 if missing else 0), inside.stdout
@@ -289,7 +290,7 @@ def test_doctor_knows_when_comfyui_cannot_start(bed_python, comfyui, tmp_path):
     """Item 1: ComfyUI's main.py dies importing a torchvision built for another torch; doctor
     says so with the matching pair, and status's next step names that fix, not doctor again.
     Item 9: doctor names TorchCompileModel's inductor default on the NPU."""
-    env = harness.bed_env("ascend-cu130", kitchen="0.2.27", extra_path=[broken_torchvision(tmp_path / "tv")])
+    env = harness.bed_env("ascend-cu130", kitchen=KITCHEN, extra_path=[broken_torchvision(tmp_path / "tv")])
     proc = shim(bed_python, ["doctor", "--json"], comfyui, env)
     report = json.loads(proc.stdout)
     assert proc.returncode == 1 and report["ok"] is False and report["comfyui"]["starts"] is False
@@ -309,7 +310,7 @@ def test_doctor_knows_when_comfyui_cannot_start(bed_python, comfyui, tmp_path):
     next_line = flat(other.stdout).partition("next: ")[2]
     assert other.returncode == 1 and "python -c 'import custom_thing'" in next_line and "doctor" not in next_line
     # with torchvision and torchaudio that import (stand-ins where this venv has no build), it starts
-    good = harness.bed_env("ascend-cu130", kitchen="0.2.27",
+    good = harness.bed_env("ascend-cu130", kitchen=KITCHEN,
                            extra_path=[harness.stand_ins(tmp_path / "ok", bed_python)])
     report = json.loads(shim(bed_python, ["doctor", "--json"], comfyui, good).stdout)
     assert report["ok"] is True and report["comfyui"]["starts"] is True, report["findings"]
@@ -327,7 +328,7 @@ def test_offline_recipe_names_the_cpu_architecture():
 def test_a_comfyui_traceback_says_whose_error_it_is(bed_python, comfyui, tmp_path):
     """Item 3: each shim frame in a ComfyUI traceback says it only runs the module's own code;
     no frame of the hook's internals (startup/hook.py) remains."""
-    env = harness.bed_env("ascend-cu130", kitchen="0.2.27", extra_path=[broken_torchvision(tmp_path / "tv")])
+    env = harness.bed_env("ascend-cu130", kitchen=KITCHEN, extra_path=[broken_torchvision(tmp_path / "tv")])
     proc = harness.run([str(bed_python), "-c", "import nodes"], env, comfyui)
     lines = proc.stderr.splitlines()
     assert lines[-1] == "RuntimeError: " + NMS, proc.stderr
@@ -368,7 +369,7 @@ def test_the_console_says_what_the_shim_turned_off_and_names_every_patch(bed_pyt
     once, after the first prompt."""
     script = tmp_path / "console.py"
     script.write_text(CONSOLE)
-    env = harness.bed_env("ascend-cu130", comfy=comfyui, kitchen="0.2.27")
+    env = harness.bed_env("ascend-cu130", comfy=comfyui, kitchen=KITCHEN)
     proc = harness.run([str(bed_python), str(script)], env, comfyui)
     out = proc.stdout.splitlines()
     assert proc.returncode == 0 and out[-2:] == ["executed first True", "executed second True"], proc.stderr
@@ -406,7 +407,7 @@ def test_the_readme_is_one_screen_and_says_what_the_second_command_is():
 
 def test_smaller_untruths(bed_python, comfyui, tmp_path):
     """Item 6, each line true when printed."""
-    env = dict(kitchen="0.2.27")
+    env = dict(kitchen=KITCHEN)
     # ASCEND_SHIM=0: nothing waits for a follow-up import
     off = shim(bed_python, ["status", "--import", "comfy.model_management"], comfyui,
                harness.bed_env("ascend-cu130", ASCEND_SHIM="0", **env))
@@ -469,7 +470,7 @@ def test_readable_output(bed_python, tmp_path):
     # ASCEND_SHIM_DEBUG=1 under an application's own logging: every shim line in one form
     code = "import logging; logging.basicConfig(level=logging.DEBUG); import comfy.model_management"
     debug = harness.run([str(bed_python), "-c", code],
-                        harness.bed_env("ascend-cu130", kitchen="0.2.27", ASCEND_SHIM_DEBUG="1"),
+                        harness.bed_env("ascend-cu130", kitchen=KITCHEN, ASCEND_SHIM_DEBUG="1"),
                         harness.comfyui_dir(COMFYUI))
     assert "ascend_shim: is_nvidia: applied" in debug.stderr.splitlines()
     assert not [line for line in debug.stderr.splitlines() if line.startswith("DEBUG:ascend_shim")]

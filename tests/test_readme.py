@@ -158,11 +158,11 @@ def test_test_bed_block_in_a_fresh_venv_with_torch(tmp_path):
     python = venv / "bin" / "python"
     site = harness.run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
                        harness.scrubbed_env(), tmp_path, check=True).stdout.strip()
-    # torch and ComfyUI's requirements from the test interpreter, the kitchen ComfyUI 0.30.0 pins
+    # torch and ComfyUI's requirements from the test interpreter, the kitchen the users' v0.30.0 pins
     # and stand-ins for torchvision/torchaudio where this torch has no build of them: doctor imports what
     # ComfyUI's main.py imports before it serves
     outer = sorted({sysconfig.get_paths()["purelib"], sysconfig.get_paths()["platlib"],
-                    str(harness.kitchen_dir("0.2.27"))}) + [str(harness.stand_ins(tmp_path / "stand-ins"))]
+                    str(harness.kitchen_dir(harness.COMFYUI_USER_KITCHEN))}) + [str(harness.stand_ins(tmp_path / "stand-ins"))]
     (Path(site) / "zz_comfyui_requirements.pth").write_text("\n".join(outer) + "\n")
     proc, seconds = run_block(block_of("tests/testbed env"), venv, harness.REPO)
     assert "ComfyUI 0.30.0 at" in " ".join(proc.stdout.split()) 
@@ -172,7 +172,7 @@ def test_test_bed_block_in_a_fresh_venv_with_torch(tmp_path):
     assert "1 x Ascend910B3" in out and "ComfyUI 0.30.0 at" in out
     assert "OK: nothing stops ComfyUI from running on the NPU" in out
     assert "import hook installed at startup (no-install mode: PYTHONPATH=%s)" % harness.REPO in out
-    assert "patched: ComfyUI 0.30.0, comfy-kitchen 0.2.27, torch_npu 2.12.0" in out
+    assert "patched: ComfyUI 0.30.0, comfy-kitchen 0.2.26, torch_npu 2.12.0" in out
     # ComfyUI's comfy.sd needs torchvision and torchaudio; some test venvs cannot hold a
     # build of them that matches their torch
     missing = set(re.findall(r"No module named '(\w+)'", out))

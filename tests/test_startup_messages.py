@@ -60,7 +60,7 @@ print(json.dumps({"synchronize": repr(mm.synchronize), "row": rows["synchronize"
 
 
 def test_a_none_attribute_is_skipped_with_the_reason_on_real_comfyui(run_bed):
-    proc = run_bed(SYNCHRONIZE_IS_NONE, comfy=harness.comfyui_dir("0.30.0"))
+    proc = run_bed(SYNCHRONIZE_IS_NONE, comfy=harness.comfyui_dir(harness.COMFYUI_NEWEST))
     result = harness.last_json(proc)
     assert result["synchronize"] == "None"  # left as it was, no wrapper around None
     assert result["row"]["state"] == "skipped", result["row"]
@@ -98,7 +98,8 @@ def test_the_patch_api_still_wraps_methods_and_static_methods():
 
 def test_unknown_disable_names_get_one_short_prefixed_line(run_bed):
     code = "import comfy.model_management\n"
-    proc = run_bed(code, comfy=harness.comfyui_dir("0.30.0"), kitchen="0.2.27", ASCEND_SHIM_DISABLE="bogus,Nope,mmap")
+    proc = run_bed(code, comfy=harness.comfyui_dir(harness.COMFYUI_NEWEST), kitchen=harness.COMFYUI_NEWEST_KITCHEN,
+                   ASCEND_SHIM_DISABLE="bogus,Nope,mmap")
     assert proc.returncode == 0, proc.stderr
     lines = [line for line in proc.stderr.splitlines() if "ASCEND_SHIM_DISABLE" in line]
     assert lines == ["ascend_shim: warning: ASCEND_SHIM_DISABLE ignores unknown bogus, nope; "

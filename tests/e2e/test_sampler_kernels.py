@@ -1,4 +1,4 @@
-"""uni_pc and sa_solver of real ComfyUI 0.30.0 stay on the simulated NPU with the shim's kernels (issue 26, item 2).
+"""uni_pc and sa_solver of the users' ComfyUI (v0.30.0) stay on the simulated NPU with the shim's kernels (issue 26, item 2).
 
 One child interpreter (``sampler_ops_runs.py``, about 20 s of CPU) runs
 ``uni_pc``, ``uni_pc_bh2``, ``sa_solver``, ``sa_solver_pece`` and sa_solver at
@@ -24,7 +24,7 @@ import pytest
 import harness
 
 RUNS = harness.TESTS / "e2e" / "sampler_ops_runs.py"
-COMFYUI = "0.30.0"
+COMFYUI = harness.COMFYUI_USER
 KITCHEN = "0.2.40"
 U = 2.0 ** -24
 ULPS_OF_SCALE = 64 * 2.0 ** -23

@@ -1,6 +1,6 @@
 """A real sampling workflow, end to end, on the simulated 910B (issue 20, item 3).
 
-Real ComfyUI 0.30.0 and comfy-kitchen 0.2.27. ``tiny_models.py`` builds a
+The newest real ComfyUI (v0.33.0) and the comfy-kitchen it pins (0.2.31). ``tiny_models.py`` builds a
 tiny random checkpoint of Flux.1 and of MiniMax-H3 with ComfyUI's own classes,
 in bf16, int8_tensorwise, asym_w4a8_int8 (fp8 group scales) and float8_e4m3fn
 variants; ``sample_cases.py`` loads each with ``comfy.sd.load_diffusion_model``
@@ -29,8 +29,8 @@ import torch
 import harness
 
 CASES = harness.TESTS / "e2e" / "sample_cases.py"
-COMFYUI = "0.30.0"
-KITCHEN = "0.2.27"
+COMFYUI = harness.COMFYUI_NEWEST
+KITCHEN = harness.COMFYUI_NEWEST_KITCHEN
 STEPS = 3
 ARCHS = ("flux", "minimax")
 VARIANTS = ("bf16", "int8", "w4a8", "fp8")
@@ -220,7 +220,7 @@ def test_lowvram_streams_weights_and_stays_on_the_npu_ops(leg, variant):
 
 
 def test_without_the_shim_comfyui_fails_as_users_saw(leg):
-    """0.30.0 picks the NPU itself, then loading any model asks CUDA for the
+    """ComfyUI picks the NPU itself, then loading any model asks CUDA for the
     device's properties: the CUDA build without a driver stops there."""
     report = leg("noshim", "minimax")
     assert report["startup"] == "ok" and report["device"] == "npu:0"

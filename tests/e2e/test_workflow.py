@@ -1,6 +1,6 @@
 """Whole workflows end to end on the simulated 910B with the shim (issue 26, item 3).
 
-Real ComfyUI 0.30.0 and comfy-kitchen 0.2.27; ``workflow_cases.py`` runs each
+The users' exact pair, ComfyUI v0.30.0 and comfy-kitchen 0.2.26; ``workflow_cases.py`` runs each
 stage with ComfyUI's own loaders and nodes on tiny seeded files built from
 ComfyUI's own classes (see its docstring for the stages). Two legs, one fresh
 interpreter each:
@@ -23,8 +23,8 @@ import harness
 from workflow_table import cosine, outputs
 
 CASES = harness.TESTS / "e2e" / "workflow_cases.py"
-COMFYUI = "0.30.0"
-KITCHEN = "0.2.27"
+COMFYUI = harness.COMFYUI_USER
+KITCHEN = harness.COMFYUI_USER_KITCHEN
 STAGES = ("minimax", "flux", "zimage", "wan", "samplers")
 MODEL_STAGES = STAGES[:-1]
 

@@ -10,7 +10,7 @@ import pytest
 import harness
 
 CASES = harness.TESTS / "kitchen" / "rope_cases.py"
-# 0.2.19: no call rules, no in-place variants; 0.2.27: ComfyUI 0.30's pin; 0.2.40: upstream ascend
+# 0.2.19: no call rules, no in-place variants; 0.2.27: in-place variants, no upstream ascend; 0.2.40: upstream ascend
 VERSIONS = ("0.2.19", "0.2.27", "0.2.40")
 
 

@@ -75,7 +75,7 @@ def test_future_options_are_declined_not_refused(w4a8_run, version):
     assert future == {"plain_is_shim": True, "future_is_eager": True, "neutral_is_shim": True}
 
 
-COMFY_V0_30 = """
+COMFY_NEWEST = """
     import json, sys, warnings
     warnings.simplefilter("ignore")
     import torch
@@ -112,7 +112,7 @@ COMFY_V0_30 = """
     got = layer(x.to(device))
     print(json.dumps({
         "device": str(device), "weight_device": str(layer.weight.device),
-        # the formats pick_operations computed as not native on this device (0.30.0 keeps them on the class)
+        # the formats pick_operations computed as not native on this device (ComfyUI keeps them on the class)
         "disabled": sorted(ops._disabled),
         "int8_algos": {name: [algo["comfy_tensor_layout"], algo["quantize_input"]]
                        for name, algo in comfy.quant_ops.QUANT_ALGOS.items() if algo["storage_t"] == torch.int8},
@@ -124,8 +124,9 @@ COMFY_V0_30 = """
 @pytest.mark.parametrize("s_rel", ["fp32", "fp8", "uint8"])
 def test_comfy_v0_30_runs_a_w4a8_layer_on_the_npu(run_bed, s_rel):
     """fp8/uint8 group scales need the fp8 decode as well (no float8 on a 910B): both fixes at once.
-    The real ComfyUI 0.30.0 and the comfy-kitchen it pins."""
-    proc = run_bed(COMFY_V0_30, comfy=harness.comfyui_dir("0.30.0"), kitchen="0.2.27", argv=[s_rel])
+    The newest real ComfyUI (v0.33.0; W4A8 came after the users' v0.30.0) and the
+    comfy-kitchen it pins."""
+    proc = run_bed(COMFY_NEWEST, comfy=harness.comfyui_dir(harness.COMFYUI_NEWEST), kitchen=harness.COMFYUI_NEWEST_KITCHEN, argv=[s_rel])
     assert proc.returncode == 0, proc.stderr[-4000:]
     out = harness.last_json(proc)
     assert out["device"] == "npu:0" and out["weight_device"] == "npu:0"

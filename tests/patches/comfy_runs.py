@@ -24,7 +24,7 @@ def ok(value):
 
 
 def comfy_path(comfy):
-    """A release number ("0.30.0") or a tree's path -> the tree's path."""
+    """A release name ("v0.30.0") or a tree's path -> the tree's path."""
     return str(comfy) if os.sep in str(comfy) else str(harness.comfyui_dir(comfy))
 
 

@@ -1,4 +1,4 @@
-"""The audit around real ComfyUI 0.30.0 prompts, on the simulated 910B (patches/audit.py).
+"""The audit around prompts of the users' ComfyUI (v0.30.0), on the simulated 910B (patches/audit.py).
 
 ``audit_cases.py`` runs a one-node prompt through ``execution.PromptExecutor``
 twice; the node runs ComfyUI's own ``uni_pc`` sampler (whose
@@ -30,7 +30,7 @@ pytestmark = pytest.mark.skipif(not harness.torch_available(), reason="torch is 
 
 def solve_lines():
     """The lines of uni_pc.py that call torch.linalg.solve (read from the release, not assumed)."""
-    source = (harness.comfyui_dir("0.30.0") / "comfy" / "extra_samplers" / "uni_pc.py").read_text()
+    source = (harness.comfyui_dir(harness.COMFYUI_USER) / "comfy" / "extra_samplers" / "uni_pc.py").read_text()
     return [i for i, text in enumerate(source.splitlines(), 1) if "torch.linalg.solve(" in text]
 
 
@@ -44,10 +44,10 @@ def runs(bed_python, tmp_path_factory):
             out = tmp_path_factory.mktemp("audit-%s" % name)
             # the shim's own solve kernels (sampler_ops) left out: uni_pc's solve then reaches
             # torch_npu's CPU fallback, a real fallback for the audit to name
-            env = harness.bed_env("ascend-cu130", kitchen="0.2.27", XDG_CACHE_HOME=cache,
+            env = harness.bed_env("ascend-cu130", kitchen=harness.COMFYUI_USER_KITCHEN, XDG_CACHE_HOME=cache,
                                   ASCEND_SHIM_DISABLE="sampler_ops",
                                   ASCEND_SHIM_AUDIT="1" if name == "on" else None)
-            proc = harness.run([str(bed_python), str(CASES), str(harness.comfyui_dir("0.30.0")), str(out),
+            proc = harness.run([str(bed_python), str(CASES), str(harness.comfyui_dir(harness.COMFYUI_USER)), str(out),
                                 "--prompts", str(PROMPTS), "--profile"], env, out, timeout=300)
             result = harness.last_json(proc)
             result["stderr"], result["outputs"], result["env"] = proc.stderr, torch.load(out / "outputs.pt"), env

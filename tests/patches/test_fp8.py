@@ -3,7 +3,7 @@
 ``fp8_cases.py`` runs every fp8 entry point of the ComfyUI 0.30 contract
 (checkpoint, diffusion model and text-encoder loaders; the mixed-precision
 Linear; LoRA on an fp8 layer; the Load Diffusion Model node's fp8
-weight_dtype; the ``--fp8_*`` flags) on the real ComfyUI 0.30.0 in a fresh
+weight_dtype; the ``--fp8_*`` flags) on the newest real ComfyUI (v0.33.0) in a fresh
 interpreter of the bed venv, against ComfyUI's own model classes run in
 float32 on the weights the fp8 files stand for. The
 simulated 910B refuses float8 npu tensors as torch_npu does, so every case
@@ -16,8 +16,8 @@ import pytest
 import harness
 
 CASES_SCRIPT = harness.TESTS / "patches" / "fp8_cases.py"
-COMFYUI = "0.30.0"
-KITCHEN = "0.2.27"  # the comfy-kitchen ComfyUI 0.30 pins
+COMFYUI = harness.COMFYUI_NEWEST
+KITCHEN = harness.COMFYUI_NEWEST_KITCHEN  # the comfy-kitchen it pins
 FP8_PATCHES = ("fp8_dtypes", "fp8_state_dict", "fp8_layer", "fp8_loader_options")
 FLAGS = ("--fp8_e4m3fn-unet", "--fp8_e4m3fn-text-enc")
 # every model is "too big for the card": unet_dtype keeps an fp8 file's dtype (as for a 14B model)
@@ -156,7 +156,7 @@ def test_a_cpu_run_keeps_fp8_on_the_host(fp8_run, machine, flags):
 
 
 REAL_CASES = ("mixed_linear", "mixed_linear_direct", "w4a8_layer")
-REAL_KITCHEN = {"0.30.0": "0.2.27", "0.29.0": "0.2.26"}
+REAL_KITCHEN = {harness.COMFYUI_NEWEST: harness.COMFYUI_NEWEST_KITCHEN, harness.COMFYUI_USER: harness.COMFYUI_USER_KITCHEN}  # the newest release and the users'
 
 
 @pytest.mark.parametrize("comfyui", list(REAL_KITCHEN))
@@ -171,8 +171,8 @@ def test_real_comfyui_mixed_precision(bed_python, tmp_path, comfyui):
                            tmp_path, timeout=600)
         runs[label] = harness.last_json(proc)
     for name in REAL_CASES:
-        if runs["on"]["cases"][name].get("skipped") and comfyui != "0.30.0":
-            continue  # W4A8 needs comfy-kitchen 0.2.27+; ComfyUI 0.29 pins 0.2.24
+        if runs["on"]["cases"][name].get("skipped") and comfyui != harness.COMFYUI_NEWEST:
+            continue  # W4A8 needs comfy-kitchen 0.2.27+; v0.30.0 pins 0.2.26
         assert runs["off"]["cases"][name].get("error") == NO_FLOAT8, name
         case = passed(runs["on"], name)
         assert float8_on(case, "npu") == [] and case["cos"] >= 0.9999, (name, case)

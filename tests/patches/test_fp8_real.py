@@ -14,7 +14,7 @@ WALK = harness.TESTS / "patches" / "fp8_layer_walk.py"
 MATRIX = harness.TESTS / "patches" / "fp8_matrix.py"
 NO_FLOAT8 = "RuntimeError: Float8_e4m3fn has not been supported"
 # ComfyUI releases with mixed_precision_ops, each with the comfy-kitchen it pins or the nearest downloaded one
-WALKED = {"0.30.0": "0.2.27", "0.29.0": "0.2.26", "0.27.0": "0.2.19"}
+WALKED = {harness.COMFYUI_NEWEST: harness.COMFYUI_NEWEST_KITCHEN, harness.COMFYUI_USER: harness.COMFYUI_USER_KITCHEN, "0.27.0": "0.2.19"}
 FP8_LAYERS, INT8_LAYERS = ("fp8", "fp8_raw"), ("int8", "w4a8")
 BOTH_OFF = "kitchen_int8,int_mm"
 
@@ -40,7 +40,7 @@ def test_every_comfy_quant_layer_class_keeps_float8_off_the_910b(bed_python, tmp
 
 
 def test_int8_form_requantizes_linear_and_decodes_lookup_tables_and_experts(bed_python, tmp_path):
-    result, _ = run_script(bed_python, tmp_path, WALK, "0.30.0", WALKED["0.30.0"], ASCEND_SHIM_FP8="int8")
+    result, _ = run_script(bed_python, tmp_path, WALK, harness.COMFYUI_NEWEST, WALKED[harness.COMFYUI_NEWEST], ASCEND_SHIM_FP8="int8")
     cases = result["patched"]
     assert cases["Linear"]["weight_dtype"] == "torch.int8" and cases["Linear"]["cos"] >= 0.999
     assert cases["MoEExperts"]["weight_dtype"] == "torch.bfloat16"  # 3-D expert banks: bf16
@@ -54,7 +54,7 @@ def test_int8_form_requantizes_linear_and_decodes_lookup_tables_and_experts(bed_
     ({"ASCEND_SHIM_DISABLE": BOTH_OFF}, "ASCEND_SHIM_DISABLE names kitchen_int8 and int_mm"),
 ])
 def test_fp8_int8_without_an_npu_int8_path_is_bf16_said_once(bed_python, tmp_path, env, why):
-    result, stderr = run_script(bed_python, tmp_path, MATRIX, "0.30.0", "0.2.27", "--as-started",
+    result, stderr = run_script(bed_python, tmp_path, MATRIX, harness.COMFYUI_NEWEST, harness.COMFYUI_NEWEST_KITCHEN, "--as-started",
                                 ASCEND_SHIM_FP8="int8", **env)
     said = "ascend_shim: ASCEND_SHIM_FP8=int8, but %s: fp8 weights are decoded to bf16 instead" % why
     assert stderr.count(said) == 1, stderr
@@ -67,7 +67,7 @@ def test_fp8_int8_without_an_npu_int8_path_is_bf16_said_once(bed_python, tmp_pat
 
 
 def test_fp8_int8_keeps_int8_where_the_npu_int8_path_is_registered(bed_python, tmp_path):
-    result, stderr = run_script(bed_python, tmp_path, MATRIX, "0.30.0", "0.2.27", "--as-started",
+    result, stderr = run_script(bed_python, tmp_path, MATRIX, harness.COMFYUI_NEWEST, harness.COMFYUI_NEWEST_KITCHEN, "--as-started",
                                 ASCEND_SHIM_FP8="int8")
     assert "ascend_shim:" not in stderr, stderr
     for combo in result["combos"]:
@@ -82,14 +82,14 @@ def test_fp8_int8_keeps_int8_where_the_npu_int8_path_is_registered(bed_python, t
 @pytest.fixture(scope="module")
 def matrix(bed_python, tmp_path_factory):
     """ASCEND_SHIM_INT8 x ASCEND_SHIM_FP8 x ASCEND_SHIM_DISABLE in one interpreter (64 combinations)."""
-    result, _ = run_script(bed_python, tmp_path_factory.mktemp("matrix"), MATRIX, "0.30.0", "0.2.27")
+    result, _ = run_script(bed_python, tmp_path_factory.mktemp("matrix"), MATRIX, harness.COMFYUI_NEWEST, harness.COMFYUI_NEWEST_KITCHEN)
     assert len(result["combos"]) == 64
     return result["combos"]
 
 
 def int8_path_expected(combo):
     """An NPU INT8 path: the shim's kitchen backend (not under upstream without upstream's own
-    backend, which 0.2.27 lacks), or comfy-kitchen's eager reaching the shim's _int_mm kernel."""
+    backend, which 0.2.31 lacks), or comfy-kitchen's eager reaching the shim's _int_mm kernel."""
     if (combo["int8"] == "off" and "int_mm" in combo["disable"]) or combo["disable"] == BOTH_OFF:
         return False
     return combo["int8"] != "upstream" or "kitchen_int8" in combo["disable"]
@@ -153,7 +153,7 @@ def test_int8_layers_reach_the_cpu_only_where_the_user_switched_off_every_npu_pa
 
 
 def test_settings_that_leave_int8_on_the_cpu_are_said_once_at_startup(bed_python, tmp_path):
-    _, stderr = run_script(bed_python, tmp_path, MATRIX, "0.30.0", "0.2.27", "--as-started",
+    _, stderr = run_script(bed_python, tmp_path, MATRIX, harness.COMFYUI_NEWEST, harness.COMFYUI_NEWEST_KITCHEN, "--as-started",
                            ASCEND_SHIM_DISABLE=BOTH_OFF)
     said = ("ascend_shim: warning: nothing keeps comfy-kitchen's int8_linear, w4a8_int8_linear on the NPU "
             "(ASCEND_SHIM_DISABLE names int_mm and no NPU backend serves them)")

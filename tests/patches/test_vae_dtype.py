@@ -1,6 +1,6 @@
 """A VAE that --bf16-vae / --fp16-vae force outside torch_npu's dtype table is named (patches/vae_dtype.py).
 
-ComfyUI 0.30.0's own MiniMax-H3 audio VAE (tiny, seeded, detected from its
+The users' ComfyUI (v0.30.0): its own MiniMax-H3 audio VAE (tiny, seeded, detected from its
 state dict by ``comfy.sd.VAE``, ``vae_dtype_cases.py``) declares float32 only; one interpreter
 builds it under each flag setting, as ComfyUI's command line sets ``args``.
 The flags keep their meaning (the VAE runs in the forced dtype); the first
@@ -27,8 +27,8 @@ pytestmark = pytest.mark.skipif(not harness.torch_available(), reason="torch is 
 def vae_runs(bed_python, tmp_path_factory):
     """One interpreter, one VAE per flag setting: {"default" | "--fp16-vae" | "--bf16-vae": result}."""
     out = tmp_path_factory.mktemp("vae")
-    env = harness.bed_env("ascend-cu130", kitchen="0.2.27", XDG_CACHE_HOME=out / "cache")
-    proc = harness.run([str(bed_python), str(CASES), str(harness.comfyui_dir("0.30.0"))], env, out, timeout=300)
+    env = harness.bed_env("ascend-cu130", kitchen=harness.COMFYUI_USER_KITCHEN, XDG_CACHE_HOME=out / "cache")
+    proc = harness.run([str(bed_python), str(CASES), str(harness.comfyui_dir(harness.COMFYUI_USER))], env, out, timeout=300)
     result = harness.last_json(proc)
     assert result["row"] == {"state": "applied", "reason": ""}, result["row"]
     return result["settings"], env
