@@ -12,7 +12,7 @@ __version__ = "0.2.0"
 import sys
 
 # every module of these packages goes through the hook ...
-HOOKED_PACKAGES = frozenset(("comfy", "comfy_kitchen"))
+HOOKED_PACKAGES = frozenset(("comfy", "comfy_kitchen", "raylight", "yunchang"))
 # ... and these modules alone (not their submodules)
 HOOKED_MODULES = frozenset(("torch_npu", "execution"))
 OFF_VALUES = ("0", "false", "off", "no", "n", "disable", "disabled")

@@ -13,7 +13,8 @@ import re
 from typing import Any, Optional
 
 # the name a user knows each patched package by, from a patch's target
-_PACKAGES = {"comfy_kitchen": "comfy-kitchen", "torch_npu": "torch_npu"}
+_PACKAGES = {"comfy_kitchen": "comfy-kitchen", "torch_npu": "torch_npu", "raylight": "raylight",
+             "yunchang": "yunchang"}
 _VERSION_LINE = re.compile(r"""^__version__\s*=\s*['"]([^'"]+)['"]""", re.MULTILINE)
 
 
@@ -80,3 +81,23 @@ def torch_npu(module: Any) -> Optional[str]:
 def package_of(target: str) -> str:
     """The package a patch target belongs to: ComfyUI for ``comfy.*`` and ``execution``."""
     return _PACKAGES.get(target.partition(".")[0], "ComfyUI")
+
+
+def raylight(module: Any) -> Optional[str]:
+    """raylight's version: ``version`` in the custom node's pyproject.toml, beside the ``src/``
+    that holds the ``raylight`` package; None in a Ray worker, whose copy is the package alone."""
+    path, name = getattr(module, "__file__", None), getattr(module, "__name__", "")
+    if not path or name.partition(".")[0] != "raylight":
+        return None
+    folder = os.path.dirname(os.path.abspath(path))
+    for _ in range(name.count(".") - (0 if os.path.basename(path) == "__init__.py" else 1)):
+        folder = os.path.dirname(folder)
+    pyproject = os.path.join(os.path.dirname(os.path.dirname(folder)), "pyproject.toml")
+    if not os.path.isfile(pyproject):
+        return None
+    try:
+        with open(pyproject, encoding="utf-8", errors="replace") as handle:
+            match = re.search(r'^version\s*=\s*"([^"]+)"', handle.read(), re.MULTILINE)
+    except OSError:
+        return None
+    return match.group(1) if match else None

@@ -78,3 +78,37 @@ def npu_devices():
     import torch
 
     return [torch.device("npu", i) for i in range(torch.npu.device_count())]  # type: ignore[attr-defined]
+
+
+def why_process_not_on_npu():
+    """None when this process computes on an Ascend NPU, else why not.
+
+    In a ComfyUI process that is ComfyUI's chosen device. A Ray worker of a distributed
+    engine (raylight) imports the engine before ComfyUI: there it is torch_npu with a card,
+    unless ComfyUI's flags, where already parsed, say ``--cpu``."""
+    import sys
+
+    mm = sys.modules.get("comfy.model_management")
+    if mm is not None and not getattr(getattr(mm, "__spec__", None), "_initializing", False):
+        return why_npu_not_chosen(mm)
+    from ascend_shim.engine.npu import npu_reason
+
+    reason = npu_reason()
+    if reason:
+        return reason
+    args = getattr(sys.modules.get("comfy.cli_args"), "args", None)
+    if getattr(args, "cpu", False):
+        return "ComfyUI runs on the CPU (--cpu)"
+    return None
+
+
+def process_on_npu_and_attribute(*names):
+    """Guard: this process computes on the NPU (``why_process_not_on_npu``) and the target
+    module defines one of ``names``."""
+
+    def guard(module):
+        if not any(hasattr(module, n) for n in names):
+            return "%s has no %s" % (getattr(module, "__name__", "the module"), " / ".join(names))
+        return why_process_not_on_npu()
+
+    return guard

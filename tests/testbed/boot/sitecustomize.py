@@ -13,9 +13,18 @@ import os
 import sys
 
 
+def _ray_system_process():
+    """Ray's own processes (dashboard, agents, log monitor, autoscaler monitor) inherit the
+    driver's environment: they are not the machine's programs, and importing torch in each
+    of them makes a Ray node miss its start-up deadline on two cores. Ray's workers
+    (default_worker.py) run the user's code: they become the machine."""
+    script = (sys.argv[0] if getattr(sys, "argv", None) else "").replace(os.sep, "/")
+    return "/ray/" in script and not script.endswith("/ray/_private/workers/default_worker.py")
+
+
 def _testbed_boot():
     kind = os.environ.get("ASCEND_TESTBED", "").strip()
-    if not kind:
+    if not kind or _ray_system_process():
         return
     tests_dir = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     if tests_dir not in sys.path:

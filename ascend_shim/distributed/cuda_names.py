@@ -1,0 +1,124 @@
+"""``torch`` as a module that says CUDA sees it on an NPU box: ``torch.cuda`` is the NPU.
+
+raylight's worker code calls ``torch.cuda.device_count()``, ``synchronize()``,
+``empty_cache()`` and makes ``torch.device("cuda:0")`` inline, in functions a wrapper cannot
+reach into. A patch replaces that module's global ``torch`` with ``TorchOnNpu``: the real
+torch module, except that ``.cuda`` answers with the NPU's functions and ``.device`` turns a
+CUDA device into the NPU of the same index. Only that module sees it; torch itself, and
+every other module, keep CUDA's meaning. A name the NPU has no counterpart for keeps the
+real ``torch.cuda``'s (``torch.cuda.OutOfMemoryError`` in an ``except`` stays what it is).
+"""
+
+import wrapt
+
+
+def _npu():
+    import torch
+
+    return torch.npu  # type: ignore[attr-defined]
+
+
+def _no_op(*args, **kwargs):
+    return None
+
+
+class CudaOnNpu:
+    """The part of ``torch.cuda`` that CUDA code calls, answered by ``torch.npu``."""
+
+    def __init__(self, cuda):
+        self._cuda = cuda
+
+    @staticmethod
+    def is_available():
+        return bool(_npu().is_available())
+
+    @staticmethod
+    def device_count():
+        return int(_npu().device_count())
+
+    @staticmethod
+    def current_device():
+        return _npu().current_device()
+
+    @staticmethod
+    def set_device(device):
+        _npu().set_device(npu_device(device))
+
+    @staticmethod
+    def synchronize(device=None):
+        if device is None:
+            return _npu().synchronize()
+        return _npu().synchronize(npu_device(device))
+
+    @staticmethod
+    def empty_cache():
+        return _npu().empty_cache()
+
+    # CUDA IPC handles have no NPU counterpart: nothing to collect
+    ipc_collect = staticmethod(_no_op)
+
+    @staticmethod
+    def get_device_capability(device=None):
+        """A compute capability has no NPU meaning; (0, 0) says so to code that formats it."""
+        return (0, 0)
+
+    @staticmethod
+    def mem_get_info(device=None):
+        return _npu().mem_get_info() if device is None else _npu().mem_get_info(npu_device(device))
+
+    def __getattr__(self, name):
+        return getattr(self._cuda, name)
+
+
+def npu_device(device):
+    """The NPU device for a CUDA one ("cuda:1", torch.device("cuda", 1), 1); others unchanged."""
+    import torch
+
+    if isinstance(device, int):
+        return torch.device("npu", device)
+    if isinstance(device, str) and device.split(":", 1)[0] == "cuda":
+        return torch.device("npu" + device[len("cuda"):])
+    if isinstance(device, torch.device) and device.type == "cuda":
+        return torch.device("npu", device.index) if device.index is not None else torch.device("npu")
+    return device
+
+
+class _DeviceType(type):
+    def __instancecheck__(cls, instance):
+        import torch
+
+        return isinstance(instance, torch.device)
+
+    def __call__(cls, *args, **kwargs):
+        import torch
+
+        if args and (args[0] == "cuda" or isinstance(args[0], str) and args[0].startswith("cuda:")):
+            args = ("npu" + args[0][len("cuda"):],) + args[1:]
+        elif kwargs.get("type") == "cuda":
+            kwargs = dict(kwargs, type="npu")
+        return torch.device(*args, **kwargs)
+
+
+class NpuDevice(metaclass=_DeviceType):
+    """``torch.device`` for code that names CUDA: ``NpuDevice("cuda:0")`` is npu:0, anything
+    else is ``torch.device(...)`` itself, and ``isinstance(d, NpuDevice)`` is an ordinary
+    ``isinstance(d, torch.device)``."""
+
+
+class TorchOnNpu(wrapt.ObjectProxy):
+    """The torch module, with ``.cuda`` answered by the NPU and ``.device`` mapping CUDA to it."""
+
+    def __init__(self, torch):
+        super().__init__(torch)
+        self._self_cuda = CudaOnNpu(torch.cuda)
+
+    @property
+    def cuda(self):
+        return self._self_cuda
+
+    @property
+    def device(self):
+        return NpuDevice
+
+    def __repr__(self):
+        return "<torch, with CUDA names answered by the NPU (ascend_shim)>"

@@ -1,0 +1,61 @@
+"""raylight's nodes in ComfyUI count NPUs and refuse, at once, what cannot run on them.
+
+``RayInitializer`` (and its Advanced form) bounds the worker count by
+``torch.cuda.device_count()``: 0 on an NPU box, so it stops with "Too many gpus". That
+module's ``torch`` is ``distributed.cuda_names.TorchOnNpu``: the count is the NPUs'. Before
+it spawns workers, one line says how the attention runs (every ``XFuser_attention`` runs as
+torch's SDPA, torch_npu's fused attention: patch raylight_attention), and a ring degree
+above 1 is refused: yunchang's ring step merges partial results by their log-sum-exp, which
+its SDPA kernel does not return (it gives zeros), so ring attention would compute a wrong
+latent without a word. Ulysses (all-to-all of heads) has no such step.
+"""
+
+from ascend_shim.distributed.cuda_names import TorchOnNpu
+from ascend_shim.engine import versions
+from ascend_shim.engine.patching import Patch, argument
+from ascend_shim.patches._guards import process_on_npu_and_attribute
+from ascend_shim.patches._wraps import wrap_function
+from ascend_shim.patches.raylight_attention import NPU_ATTENTION
+
+RING, ATTENTION = (4, "ring_degree"), (11, "XFuser_attention")
+_said: set = set()
+
+
+def check_ring(ring_degree):
+    if ring_degree is not None and int(ring_degree) > 1:
+        raise ValueError(
+            "raylight's ring_degree=%d is not available on the NPU: ring attention merges each card's partial "
+            "attention by its log-sum-exp, which the NPU attention it runs does not return, so the latent would "
+            "be wrong. Set ring_degree to 1 and split the sequence with ulysses_degree (it must divide the "
+            "model's attention heads)" % int(ring_degree))
+
+
+def say_attention(choice):
+    from ascend_shim.startup.output import write
+
+    if choice is not None and choice != NPU_ATTENTION and choice not in _said:
+        _said.add(choice)
+        write("raylight's XFuser_attention=%s has no NPU kernel: each card's part of the Ulysses attention runs "
+              "torch's scaled_dot_product_attention, which torch_npu serves with its fused attention" % choice)
+
+
+def _spawn_actor(module, wrapped, instance, args, kwargs):
+    check_ring(argument(args, kwargs, *RING))
+    say_attention(argument(args, kwargs, *ATTENTION))
+    return wrapped(*args, **kwargs)
+
+
+def apply(changes, module):
+    if not isinstance(module.torch, TorchOnNpu):
+        changes.assign(module, "torch", TorchOnNpu(module.torch))
+    wrap_function(changes, module, "spawn_actor", _spawn_actor, owner=module.RayInitializer)
+
+
+PATCH = Patch(
+    name="raylight_nodes",
+    target="raylight.nodes",
+    summary="raylight's RayInitializer counts NPUs; ring attention refused, the attention it runs said",
+    guard=process_on_npu_and_attribute("RayInitializer"),
+    apply=apply,
+    version=versions.raylight,
+)
