@@ -243,6 +243,56 @@ def comfyui_dir(version):
     return tree
 
 
+# raylight (komikndr/raylight: Ray + xDiT sequence parallel, a ComfyUI custom node), each release
+# with the ComfyUI release it pairs with (1.7.2's MiniMax-H3 imports v0.30.0's audio sigma slope)
+RAYLIGHT_RELEASES = {"1.7.2": "v0.30.0", "1.9.0": "v0.33.0"}
+
+
+def raylight_dir(version):
+    """raylight ``version``'s custom-node folder, unpacked once into ``.cache/raylight`` from
+    ``raylight-<version>.tar.xz`` beside the ComfyUI archives (a test input, never copied)."""
+    root = CACHE / "raylight"
+    tree = root / ("raylight-%s" % version)
+    if (tree / "src" / "raylight" / "nodes.py").exists():
+        return tree
+    root.mkdir(parents=True, exist_ok=True)
+    partial = root / (".partial-%s-%d" % (version, os.getpid()))
+    shutil.rmtree(partial, ignore_errors=True)
+    partial.mkdir()
+    for folder in comfyui_sources():
+        archive = folder / ("raylight-%s.tar.xz" % version)
+        if archive.exists():
+            if not _verified(archive):
+                raise AssertionError("%s does not match its SHA256SUMS" % archive)
+            run(["tar", "-xJf", str(archive), "-C", str(partial)], scrubbed_env(), REPO, check=True)
+            break
+    else:
+        raise AssertionError("raylight-%s.tar.xz is in none of %s" % (version, comfyui_sources()))
+    try:
+        os.replace(partial / tree.name, tree)  # atomic: a parallel worker may have won
+    except OSError:
+        if not (tree / "src" / "raylight" / "nodes.py").exists():
+            raise
+    shutil.rmtree(partial, ignore_errors=True)
+    return tree
+
+
+def free_port():
+    """A TCP port nothing listens on now (a process group's rendezvous, one per test)."""
+    import socket
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def raylight_available():
+    """Whether this interpreter has what raylight needs (tests/requirements-raylight.txt)."""
+    import importlib.util
+
+    return all(importlib.util.find_spec(name) is not None for name in ("ray", "yunchang", "xfuser"))
+
+
 # the real torch_npu releases the fake is held to: the users' and the newest
 TORCH_NPU_VERSIONS = ("2.12.0", "2.14.0")
 # the Python API sources tests/testbed/test_real_signatures.py reads from each wheel

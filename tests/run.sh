@@ -76,6 +76,10 @@ prepare() {  # prepare 3.11: the venv and the downloads, before any test runs
     "$venv/bin/python" -c 'from importlib.metadata import version; print("torch==" + version("torch"))' > "$pin"
     "$venv/bin/python" -m pip install -q --disable-pip-version-check \
         -r tests/requirements-comfyui.txt -c "$pin"
+    # raylight's Ray and yunchang, torch pinned; xfuser --no-deps (raylight loads its files itself)
+    "$venv/bin/python" -m pip install -q --disable-pip-version-check \
+        -r tests/requirements-raylight.txt -c "$pin"
+    "$venv/bin/python" -m pip install -q --disable-pip-version-check --no-deps "xfuser==0.7.0"
     rm -f "$pin"
     # --no-deps: its torch requirement must never reinstall torch
     if [ -n "$(torchvision_for "$minor")" ]; then
@@ -92,6 +96,8 @@ for version in harness.COMFYUI_VERSIONS:
     if harness.comfyui_kitchen(version):  # the comfy-kitchen each release pins
         harness.kitchen_dir(harness.comfyui_kitchen(version))
 harness.pytest_asyncio_dir()
+for version in harness.RAYLIGHT_RELEASES:
+    harness.raylight_dir(version)
 for version in harness.TORCH_NPU_VERSIONS:  # real torch_npu schemas and kernel registries
     harness.torch_npu_dir(version)
     harness.torch_npu_registry(version)

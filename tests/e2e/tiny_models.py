@@ -110,8 +110,13 @@ class MiniMaxH3Spec:
                   text_dim=64, timestep_input_dim=256, time_embed_hidden_size=256, time_embed_dim=128,
                   rope_inv_freq_len=16)
 
-    def __init__(self, seed: int = 0):
+    def __init__(self, seed: int = 0, heads: int = 2):
+        """``heads`` attention heads of MiniMax-H3's real head size (128): the width grows with
+        them (sequence parallel splits the heads among the cards: Ulysses 4 needs 4)."""
         self.seed = seed
+        if heads != 2:
+            self.config = dict(self.config, num_attention_heads=heads, hidden_size=128 * heads,
+                               ffn_hidden_size=256 * heads)
 
     def build(self) -> dict:
         import comfy.ldm.minimax.model
@@ -148,7 +153,46 @@ class MiniMaxH3Spec:
         return [[cond, {}]], [[torch.zeros_like(cond), {}]]
 
 
-SPECS = {"flux": FluxSpec, "minimax": MiniMaxH3Spec}
+class Wan21Spec:
+    """Wan 2.1 text-to-video, the DiT raylight users run most: self-attention, cross-attention
+    to the umT5 text states (4096 wide: ComfyUI's detection reads no text width) and an FFN per
+    block. ComfyUI detects ``dim // 128`` heads."""
+
+    name = "wan"
+
+    def __init__(self, seed: int = 0, heads: int = 2):
+        self.seed = seed
+        self.config = dict(model_type="t2v", patch_size=(1, 2, 2), in_dim=16, dim=128 * heads, ffn_dim=256 * heads,
+                           freq_dim=256, text_dim=4096, out_dim=16, num_heads=heads, num_layers=2)
+
+    def build(self) -> dict:
+        import comfy.ldm.wan.model
+        import comfy.ops
+
+        with torch.device("meta"):
+            model = comfy.ldm.wan.model.WanModel(dtype=torch.float32, operations=comfy.ops.disable_weight_init,
+                                                 **self.config)
+        return _fill(model, self.seed, self.is_modulation)
+
+    @staticmethod
+    def is_modulation(key: str) -> bool:
+        return "modulation" in key or key.startswith("time_projection.")
+
+    def quantized(self, key: str, t: torch.Tensor) -> bool:
+        """The blocks' attention and FFN linears."""
+        return (key.endswith(".weight") and t.dim() == 2 and key.startswith("blocks.")
+                and (".self_attn." in key or ".cross_attn." in key or ".ffn." in key))
+
+    def latent(self) -> torch.Tensor:
+        return torch.zeros(1, 16, 2, 8, 8)  # 5 frames of 64x64 in Wan's VAE latent
+
+    def conditioning(self, seed: int):
+        gen = torch.Generator().manual_seed(seed + 100)
+        cond = torch.randn(1, 12, self.config["text_dim"], generator=gen) * 0.1
+        return [[cond, {}]], [[torch.zeros_like(cond), {}]]
+
+
+SPECS = {"flux": FluxSpec, "minimax": MiniMaxH3Spec, "wan": Wan21Spec}
 
 
 def _quantize(weight: torch.Tensor, variant: str, codebook: bool = False) -> tuple[dict, dict]:

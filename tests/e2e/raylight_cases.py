@@ -1,0 +1,315 @@
+"""One video on several simulated NPUs through raylight's own nodes, in a ComfyUI process.
+
+    python raylight_cases.py <comfyui-dir> <raylight-dir> <out-dir> --cards 4
+                             [--arch minimax|wan] [--variant int8] [--steps 2] [--heads 4]
+                             [--cases reference,ray2,ray4,...]
+
+This process is ComfyUI's: it starts ComfyUI's model code as main.py does, loads raylight
+with ComfyUI's own custom-node loader (``nodes.load_custom_node``), writes a tiny seeded
+checkpoint of a real architecture (``tiny_models.py``) where ComfyUI finds diffusion models,
+and runs the cases asked for, in order:
+
+  reference   ComfyUI's own UNETLoader + KSamplerAdvanced on one card, the latent saved as
+              ``reference.pt``
+  rayN        RayInitializer (N workers, Ulysses degree N, ring 1, raylight's default attention
+              and its HCCL self-test) -> RayUNETLoader -> XFuserKSamplerAdvanced, the latent saved
+              as ``rayN.pt``, then (MiniMax-H3) the video VAE decodes it here (VAEDecode); each
+              worker reports its card, its ops and collectives (the bed's counters), then RayKill
+  ring        RayInitializer with ring_degree 2: refused before anything starts
+  heads       Ulysses degree 3, which does not divide the model's heads: one clear error, RayKill
+  too_many    twice as many workers as cards: raylight's own refusal, counted on the NPUs
+  gpu_cluster a Ray cluster started with GPUs and no NPU: refused when the workers are asked
+              for, not a hang
+  dead_worker right after ``ray2`` (its workers, its model loaded): one worker killed, the sampler's
+              error, ComfyUI lives on, RayKill frees the cards
+
+Ray runs with the test's RAY_OVERRIDE_RESOURCES (the bed has no /dev/davinci* for Ray to
+count); Ray gives each worker one card in ASCEND_RT_VISIBLE_DEVICES, which the bed's
+torch_npu reads. Prints one JSON object; the assertions live in test_raylight.py.
+"""
+
+import argparse
+import asyncio
+import io
+import json
+import logging
+import os
+import sys
+import time
+
+from testbed.absent_packages import stand_in_for
+
+START = time.monotonic()
+parser = argparse.ArgumentParser()
+parser.add_argument("comfy_dir")
+parser.add_argument("raylight_dir")
+parser.add_argument("out_dir")
+parser.add_argument("--cards", type=int, default=4, help="cards on the bed (the Ray cluster's NPUs)")
+parser.add_argument("--arch", default="minimax")
+parser.add_argument("--variant", default="int8")
+parser.add_argument("--steps", type=int, default=2)
+parser.add_argument("--heads", type=int, default=4)
+parser.add_argument("--cases", default="reference,ray2")
+OPTS = parser.parse_args()
+CASES = OPTS.cases.split(",")
+
+log_stream = io.StringIO()
+logging.basicConfig(level=logging.INFO, stream=log_stream, format="%(name)s %(levelname)s %(message)s")
+report = {"cases": {}, "stand_ins": []}
+
+
+def emit():
+    report["seconds"] = round(time.monotonic() - START, 2)
+    report["log"] = [line for line in log_stream.getvalue().splitlines() if "raylight" in line.lower()][-40:]
+    print(json.dumps(report, default=str))
+
+
+def error_line(exc):
+    text = str(exc).strip().splitlines()
+    return "%s: %s" % (type(exc).__name__, text[0] if text else "")
+
+
+def error_text(exc):
+    """The whole message, as ComfyUI's console shows it (a Ray error holds the worker's traceback)."""
+    return "%s: %s" % (type(exc).__name__, str(exc))
+
+
+# --------------------------------------------------------------------------- start ComfyUI
+
+sys.path.insert(0, OPTS.comfy_dir)
+sys.argv = [os.path.join(OPTS.comfy_dir, "main.py")]
+report["stand_ins"] = stand_in_for(("torchvision", "torchaudio"))
+import comfy.options  # noqa: E402
+
+comfy.options.enable_args_parsing()
+import comfy.model_management as mm  # noqa: E402
+import torch  # noqa: E402
+
+import folder_paths  # noqa: E402
+import nodes  # noqa: E402
+import safetensors.torch  # noqa: E402
+
+import tiny_models as models  # noqa: E402  (beside this script)
+import tiny_vaes as vaes  # noqa: E402
+
+report["device"] = str(mm.get_torch_device())
+import ascend_shim  # noqa: E402
+
+MODELS = os.path.join(OPTS.out_dir, "models")
+os.makedirs(MODELS, exist_ok=True)
+folder_paths.add_model_folder_path("diffusion_models", MODELS)
+folder_paths.add_model_folder_path("vae", MODELS)
+
+loaded = asyncio.run(nodes.load_custom_node(os.path.realpath(OPTS.raylight_dir)))
+report["raylight_loaded"] = loaded
+if not loaded:
+    emit()
+    sys.exit(0)
+RAY = {name: nodes.NODE_CLASS_MAPPINGS[name] for name in
+       ("RayInitializer", "RayUNETLoader", "XFuserKSamplerAdvanced", "RayKill")}
+
+
+def shim_rows(prefix=("raylight", "yunchang")):
+    return {row["name"]: [row["state"], row.get("detail", "")] for row in ascend_shim.status()["patches"]
+            if row["name"].startswith(prefix)}
+
+
+report["driver_patches"] = shim_rows()
+
+# --------------------------------------------------------------------------- the workflow's inputs
+
+spec = models.SPECS[OPTS.arch](seed=0, heads=OPTS.heads)
+UNET = "tiny_%s_%s_%dheads.safetensors" % (OPTS.arch, OPTS.variant, OPTS.heads)
+safetensors.torch.save_file(models.checkpoint(spec.build(), spec, OPTS.variant), os.path.join(MODELS, UNET))
+positive, negative = spec.conditioning(seed=3)
+LATENT = {"samples": spec.latent()}
+SAMPLING = dict(add_noise="enable", noise_seed=42, steps=OPTS.steps, cfg=1.0, sampler_name="euler",
+                scheduler="simple", positive=positive, negative=negative, latent_image=LATENT,
+                start_at_step=0, end_at_step=10000, return_with_leftover_noise="disable")
+INIT = dict(ray_cluster_address="local", ray_cluster_namespace="default", GPU=2,
+            ulysses_degree=2, ring_degree=1, cfg_degree=1, dp_degree=1, sync_ulysses=False,
+            clear_vram_after_sampling=False, FSDP=False, FSDP_CPU_OFFLOAD=False, XFuser_attention="TORCH_FLASH",
+            skip_comm_test=False, use_mmap=False)
+
+
+def flat(t):
+    if getattr(t, "is_nested", False):
+        t = t.unbind()
+    if isinstance(t, (list, tuple)):
+        return torch.cat([flat(x) for x in t])
+    return t.detach().float().cpu().flatten()
+
+
+def worker_view(actor):
+    """What one Ray worker saw, asked inside it: its card, its ops, its collectives."""
+
+    def look(worker):
+        import sys as _sys
+
+        import torch as _torch
+
+        out = {"pid": os.getpid(), "ascend_rt_visible_devices": os.environ.get("ASCEND_RT_VISIBLE_DEVICES")}
+        try:
+            from testbed import npu_device as nd
+
+            out["count"] = _torch.npu.device_count()
+            out["physical"] = [nd.physical_id(i) for i in range(out["count"])]
+            out["cpu_fallbacks"] = dict(nd.cpu_fallbacks())
+            out["ops_on_cards"] = sorted({nd.physical_id(i) for (i, _), n in nd.op_counts_by_device().items()
+                                          if i is not None and n})
+            import torch_npu as _npu
+
+            out["quant_matmul"] = _npu._testbed.calls["npu_quant_matmul"]
+            out["dynamic_quant"] = _npu._testbed.calls["npu_dynamic_quant"]
+            out["sdpa_paths"] = dict(_npu._testbed.sdpa_paths)
+            hccl = _sys.modules.get("testbed.hccl")
+            if hccl is not None:  # per kind of collective this worker issued: calls, bytes sent/received
+                out["collectives"] = {kind: counts for (_card, kind), counts in hccl.collective_bytes().items()}
+        except Exception as exc:  # noqa: BLE001
+            out["error"] = error_line(exc)
+        import ascend_shim as _shim
+
+        out["patches"] = {row["name"]: row["state"] for row in _shim.status()["patches"]
+                          if row["name"].startswith(("raylight", "yunchang", "is_nvidia", "kitchen"))}
+        return out
+
+    import ray
+
+    return ray.get(actor.__ray_call__.remote(look), timeout=120)
+
+
+def start_counting(actor):
+    def reset(worker):
+        from testbed import npu_device as nd
+
+        nd.reset_op_counts(enable=True)
+        nd.reset_cpu_fallbacks()
+        import sys as _sys
+
+        import torch_npu as _npu
+
+        _npu._testbed.reset()
+        hccl = _sys.modules.get("testbed.hccl")
+        if hccl is not None:
+            hccl.reset_collective_bytes()
+        return True
+
+    import ray
+
+    return ray.get(actor.__ray_call__.remote(reset), timeout=120)
+
+
+LIVE: dict = {}  # workers one case leaves to the next
+
+
+def kill(ray_actors):
+    RAY["RayKill"]().kill_ray(ray_actors=ray_actors, kill_mode="Kill Entire Cluster")
+
+
+# --------------------------------------------------------------------------- the cases
+
+
+def case_reference(out):
+    (model,) = nodes.UNETLoader().load_unet(UNET, "default")
+    (latent,) = nodes.KSamplerAdvanced().sample(model=model, **SAMPLING)
+    torch.save(flat(latent["samples"]), os.path.join(OPTS.out_dir, "reference.pt"))
+    out["latent_elements"] = int(flat(latent["samples"]).numel())
+    mm.unload_all_models()
+
+
+def case_ray(out, cards):
+    (init,) = RAY["RayInitializer"]().spawn_actor(**dict(INIT, GPU=cards, ulysses_degree=cards))
+    out["stage"] = "initialized"
+    (actors,) = RAY["RayUNETLoader"]().load_ray_unet(ray_actors_init=init, unet_name=UNET, weight_dtype="default")
+    workers = actors["workers"]
+    for actor in workers:
+        start_counting(actor)
+    out["stage"] = "loaded"
+    started = time.monotonic()
+    latent, actors = RAY["XFuserKSamplerAdvanced"]().ray_sample(ray_actors=actors, **SAMPLING)
+    out["sample_seconds"] = round(time.monotonic() - started, 2)
+    out["stage"] = "sampled"
+    torch.save(flat(latent["samples"]), os.path.join(OPTS.out_dir, "ray%d.pt" % cards))
+    out["workers"] = [worker_view(actor) for actor in workers]
+    if OPTS.arch == "minimax":
+        from comfy_extras.nodes_lt import LTXVSeparateAVLatent
+
+        video_latent, _ = LTXVSeparateAVLatent.execute({"samples": latent["samples"]}).result
+        vaes.model_minimax_vaes_at_tiny_width()
+        path = os.path.join(MODELS, "tiny_minimax_video_vae.safetensors")
+        safetensors.torch.save_file(vaes.minimax_video_vae(), path)
+        vae = nodes.VAELoader().load_vae(os.path.basename(path))[0]
+        (images,) = nodes.VAEDecode().decode(vae, video_latent)
+        out["decoded"] = list(images.shape)
+        out["decoded_finite"] = bool(torch.isfinite(images).all())
+    if cards == 2 and "dead_worker" in CASES:
+        LIVE["actors"] = actors  # the next case kills one of them
+        return
+    kill(actors)
+    out["stage"] = "killed"
+
+
+def case_ring(out):
+    RAY["RayInitializer"]().spawn_actor(**dict(INIT, ring_degree=2, ulysses_degree=1))
+
+
+def case_heads(out):
+    (init,) = RAY["RayInitializer"]().spawn_actor(**dict(INIT, GPU=3, ulysses_degree=3, skip_comm_test=True))
+    (actors,) = RAY["RayUNETLoader"]().load_ray_unet(ray_actors_init=init, unet_name=UNET, weight_dtype="default")
+    try:
+        RAY["XFuserKSamplerAdvanced"]().ray_sample(ray_actors=actors, **SAMPLING)
+    finally:
+        kill(actors)
+
+
+def case_too_many(out):
+    RAY["RayInitializer"]().spawn_actor(**dict(INIT, GPU=OPTS.cards * 2, skip_comm_test=True))
+
+
+def case_gpu_cluster(out):
+    given = os.environ.get("RAY_OVERRIDE_RESOURCES")
+    os.environ["RAY_OVERRIDE_RESOURCES"] = json.dumps({"CPU": 8, "GPU": OPTS.cards})
+    try:
+        RAY["RayInitializer"]().spawn_actor(**dict(INIT, skip_comm_test=True))
+    finally:
+        os.environ["RAY_OVERRIDE_RESOURCES"] = given
+        import ray
+
+        ray.shutdown()
+
+
+def case_dead_worker(out):
+    import ray
+
+    actors = LIVE.pop("actors")
+    ray.kill(actors["workers"][-1])
+    try:
+        RAY["XFuserKSamplerAdvanced"]().ray_sample(ray_actors=actors, **SAMPLING)
+    finally:
+        kill(actors)
+        out["killed_after_error"] = not ray.is_initialized()
+
+
+for name in CASES:
+    entry = report["cases"][name] = {}
+    started = time.monotonic()
+    try:
+        if name.startswith("ray") and name[3:].isdigit():
+            case_ray(entry, int(name[3:]))
+        else:
+            globals()["case_" + name](entry)
+        entry["result"] = "ok"
+    except BaseException as exc:  # what ComfyUI's console would show for this node
+        entry["result"] = error_line(exc)
+        entry["error"] = error_text(exc)[-4000:]
+    entry["seconds"] = round(time.monotonic() - started, 2)
+    entry["comfyui_alive"] = True  # this process went on to the next case
+
+try:
+    import ray
+
+    if ray.is_initialized():
+        ray.shutdown()
+except Exception:
+    pass
+emit()
