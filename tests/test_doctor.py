@@ -13,7 +13,7 @@ import pytest
 import harness
 
 DOCTOR_KEYS = {"python", "torch", "torch_npu", "cann", "npu", "npu_cards", "comfy_kitchen", "comfyui", "shim",
-               "alloc_conf", "environment", "findings", "ok", "vae_dtype"}
+               "alloc_conf", "environment", "findings", "ok", "vae_dtype", "raylight"}
 
 
 def doctor(python, cwd, env, *args):
@@ -201,3 +201,33 @@ def test_editable_install_is_harmless_and_reported(tmp_path):
     report = json.loads(doctor(python, tmp_path, harness.scrubbed_env(), "--json").stdout)
     assert json.loads(status.stdout)["startup"]["how"] == report["shim"]["how"]
     assert report["shim"]["active"] is True
+
+
+def _comfyui_with_raylight(tmp_path):
+    """The users' ComfyUI v0.30.0, linked, with raylight 1.7.2 in its custom_nodes."""
+    comfy = tmp_path / "ComfyUI"
+    comfy.mkdir()
+    for entry in harness.comfyui_dir(harness.COMFYUI_USER).iterdir():
+        if entry.name != "custom_nodes":
+            (comfy / entry.name).symlink_to(entry)
+    (comfy / "custom_nodes").mkdir()
+    (comfy / "custom_nodes" / "raylight").symlink_to(harness.raylight_dir("1.7.2"))
+    return comfy
+
+
+@pytest.mark.skipif(not harness.raylight_available(), reason="ray/xfuser/yunchang are not installed")
+def test_raylight_in_custom_nodes_is_named_with_what_it_needs_and_what_the_shim_does(bed_python, tmp_path):
+    comfy = _comfyui_with_raylight(tmp_path)
+    env = harness.bed_env("ascend-cu130", kitchen=harness.COMFYUI_USER_KITCHEN, TESTBED_NPU_COUNT="8",
+                          extra_path=[harness.stand_ins(tmp_path / "stand-ins", bed_python)])
+    report = json.loads(doctor(bed_python, tmp_path, env, "--json", "--comfyui", str(comfy)).stdout)
+    assert report["raylight"]["version"] == "1.7.2"
+    assert report["raylight"]["needs"]["ray"] == "2.60.0" and report["raylight"]["needs"]["xfuser"] == "0.7.0"
+    (line,) = [f["what"] for f in report["findings"] if "raylight" in f["what"]]
+    assert line.startswith("raylight 1.7.2 in %s runs its workers on the NPUs: 8 card(s) for its GPU count, "
+                           "one Ray NPU each, HCCL; ulysses_degree must divide" % (comfy / "custom_nodes" / "raylight"))
+    off = json.loads(doctor(bed_python, tmp_path, dict(env, ASCEND_SHIM_DISABLE="raylight_workers"), "--json",
+                            "--comfyui", str(comfy)).stdout)
+    (warning,) = [f for f in off["findings"] if "raylight" in f["what"]]
+    assert warning["severity"] == "warning" and "the shim's raylight patches are off (raylight_workers)" in \
+        warning["what"]

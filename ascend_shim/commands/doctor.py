@@ -364,6 +364,9 @@ def collect(comfyui_dir=None):
 
         comfyui_kitchen.check(report, findings)
         _comfyui_starts(report, findings)
+    from ascend_shim.commands import doctor_raylight
+
+    doctor_raylight.check(report, findings)
     _torch_compile(report, findings)
     report["findings"] = findings
     report["ok"] = not any(f["severity"] == PROBLEM for f in findings)
