@@ -139,7 +139,8 @@ def run(options: Any) -> int:
                               "emulation": emulated, "tiny": tiny, "machine": card_facts.machine(torch, device),
                               "cards": cards, "dims": dict(dims._asdict(), tokens=dims.tokens),
                               "hccs_link_gb_s": step.HCCS_LINK_GB_S, "repeat": repeat, "warmup": warmup,
-                              "runs": [], "interrupted": False}
+                              "runs": [], "interrupted": False,
+                              "card_states": busy_cards(torch, max(c for c in options.hccl if c <= len(cards)))}
     try:
         for count in options.hccl:
             if count > len(cards):
@@ -163,6 +164,17 @@ def run(options: Any) -> int:
     if result["interrupted"]:
         return 130
     return 0 if any("skipped" not in r for r in result["runs"]) else PROBLEM
+
+
+def busy_cards(torch: Any, count: int) -> Dict[str, Any]:
+    """Each card the runs use, checked before timing (a busy one is said on stderr at once)."""
+    states = {}
+    for index in range(count):
+        state = card_facts.card_state(torch, torch.device("npu", index), samples=2)
+        if state["busy"]:
+            bench._progress(state["busy"])
+        states["npu:%d" % index] = state
+    return states
 
 
 def as_json(result: Dict[str, Any]) -> Dict[str, Any]:
@@ -197,6 +209,8 @@ def markdown(result: Dict[str, Any]) -> str:
                "time (HCCL's own tools), busbw = algbw x (N-1)/N; assumed: (N-1) x %g GB/s, one HCCS link per peer "
                "(Atlas 800T A2: 7 links, 392 GB/s per card)" % (result["repeat"], result["warmup"],
                                                                result["hccs_link_gb_s"]))
+    busy = [state["busy"] for state in result["card_states"].values() if state["busy"]]
+    out += ["- before timing: %s" % ("BUSY: " + "; ".join(busy) if busy else "every card looked idle")]
     out += ["", "| cards | collective | data | %s | algbw | busbw | assumed busbw | calls/step | s/step |" % (
         "simulated ms" if sim else "ms"), "|---:|---|---:|---:|---:|---:|---:|---:|---:|"]
     for run_ in result["runs"]:
