@@ -190,3 +190,43 @@ def test_hccl_without_a_second_card_fails_in_one_line(tmp_path):
     proc = kit(["--hccl"], tmp_path)
     assert proc.returncode == cli.NO_NPU and proc.stdout == ""
     assert proc.stderr.splitlines() == ["ascend_shim: bench --hccl: needs at least 2 NPUs, this process sees 1"]
+
+
+def test_on_a_card_the_block_predicts_the_step_and_the_pinned_copys_saving():
+    """What the bed never prints (it is simulated there): the real-size block as a card's run makes it."""
+    from ascend_shim.commands import calibration
+
+    result = {"kit": "bench --real-size", "ascend_shim": "x", "sections": ["step", "copies"], "simulated": False,
+              "emulation": None, "tiny": False, "dims": dict(step.REAL._asdict(), tokens=step.REAL.tokens),
+              "machine": {"card": "Ascend910B3", "memory_gib": 64.0, "visible_cards": 8,
+                          "ASCEND_RT_VISIBLE_DEVICES": "6", "torch": "2.12.0+cu130", "torch_npu": "2.12.0",
+                          "cann": "8.3.RC1", "driver": "25.0.rc1"},
+              "card_state": {"busy": None, "held_elsewhere_bytes": 2 * 1024 ** 3, "utilization_percent": 0.0},
+              "user_step_s": step.USER_STEP_SECONDS, "peaks": {"bf16_tflops": 313.0, "int8_tops": 626.0, "hbm_tbps": 1.6},
+              "repeat": 10, "warmup": 2, "interrupted": False, "step": {"rows": []},
+              "copies": {"rows": [], "anchor": bench_copies.ANCHOR}}
+    for row in step.rows():
+        entry = bench_step.describe(row)
+        if row.key == "adaln":
+            entry["skipped"] = "needs 9.0 GiB, 1.0 GiB free"
+        else:
+            bench_step.finish(entry, 1000 * step.bound_seconds(row) * 1.5)  # 1.5x the bound
+        result["step"]["rows"].append(entry)
+    for key, rate in (("pageable_h2d", 12.5), ("fresh_d2h", 2.5), ("pinned_h2d", 25.0)):
+        result["copies"]["rows"].append({"key": key, "bytes": 4 * 1024 ** 3, "seconds": 1.0, "gb_per_s": rate})
+    calibration.conclude(result, result["sections"])
+    text = calibration.markdown(result)
+    assert "SIMULATED" not in text and "(simulated)" not in text
+    assert "- card: Ascend910B3, 64.0 GiB, 8 visible (ASCEND_RT_VISIBLE_DEVICES=6); torch 2.12.0+cu130, torch_npu " \
+           "2.12.0, CANN 8.3.RC1, driver 25.0.rc1" in text
+    summary = result["step"]["summary"]
+    assert summary["missing"] == ["adaln"] and summary["predicted_s"] == pytest.approx(
+        1.5 * sum(step.bound_seconds(r) * r.calls for r in step.rows() if r.in_step and r.key != "adaln"))
+    assert "**Predicted: %.2f s/step** (the sum of ms x calls/step over 12 of 13 rows; not timed: adaln) beside " \
+           "the user's **8.09 s/step**" % summary["predicted_s"] in text
+    sdpa = next(line for line in text.splitlines() if line.startswith("| attention: SDPA"))
+    assert sdpa.endswith("| 33.68 | 22.45 | 208.7 TFLOPS | 3.368 |"), sdpa  # 7.03 TFLOP in 33.68 ms
+    assert "| adaLN projection: bf16 linear | 2x2688 @ 2688x96768 bf16 | 100 | not timed: needs 9.0 GiB" in text
+    gb = step.WEIGHTS_BYTES / 1e9
+    assert ("**saves %.2f s per prompt**" % (gb / 12.5 + gb / 2.5 - gb / 25.0)) in text
+    assert paste_json(text)["step"]["rows"][0]["ms"] == pytest.approx(33.68, abs=0.01)
