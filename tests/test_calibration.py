@@ -194,7 +194,7 @@ def test_hccl_without_a_second_card_fails_in_one_line(tmp_path):
 
 def test_on_a_card_the_block_predicts_the_step_and_the_pinned_copys_saving():
     """What the bed never prints (it is simulated there): the real-size block as a card's run makes it."""
-    from ascend_shim.commands import calibration
+    from ascend_shim.commands import calibration, calibration_report
 
     result = {"kit": "bench --real-size", "ascend_shim": "x", "sections": ["step", "copies"], "simulated": False,
               "emulation": None, "tiny": False, "dims": dict(step.REAL._asdict(), tokens=step.REAL.tokens),
@@ -215,7 +215,7 @@ def test_on_a_card_the_block_predicts_the_step_and_the_pinned_copys_saving():
     for key, rate in (("pageable_h2d", 12.5), ("fresh_d2h", 2.5), ("pinned_h2d", 25.0)):
         result["copies"]["rows"].append({"key": key, "bytes": 4 * 1024 ** 3, "seconds": 1.0, "gb_per_s": rate})
     calibration.conclude(result, result["sections"])
-    text = calibration.markdown(result)
+    text = calibration_report.markdown(result)
     assert "SIMULATED" not in text and "(simulated)" not in text
     assert "- card: Ascend910B3, 64.0 GiB, 8 visible (ASCEND_RT_VISIBLE_DEVICES=6); torch 2.12.0+cu130, torch_npu " \
            "2.12.0, CANN 8.3.RC1, driver 25.0.rc1" in text
