@@ -1,7 +1,9 @@
 """Fake ``torch_npu`` for the simulated Ascend machines (see testbed/machine.py).
 
 Importing it installs the simulated ``npu`` device and ``torch.npu``, like the
-real package.  Environment knobs (read at import):
+real package, and registers torch.distributed's ``hccl`` backend for ``npu``
+(testbed/hccl.py: ProcessGroupHCCL's rules over a gloo transport, with byte
+accounting per card).  Environment knobs (read at import):
 
 TESTBED_TORCH_NPU_IMPORT_ERROR  raise ImportError(<value>) (CANN not sourced, ...)
 TESTBED_NPU_COUNT               number of cards (default 1; 0 = none visible)
@@ -19,7 +21,8 @@ TESTBED_TORCH_NPU_REGISTRY      the folder of the real wheel's kernel registry t
                                 judges every op by (testbed/npu_registry.py; default: the
                                 2.12.0 wheel's in the test cache). Missing: the import fails.
 At call time: TESTBED_QMM_MAX_DIM (default 65535), TESTBED_QMM_INT32 (what int32 output
-does: exact | refused | fp32-rounded, see _ops.INT32_OUTPUT), TORCH_NPU_FALLBACK_CPU_DISABLE.
+does: exact | refused | fp32-rounded, see _ops.INT32_OUTPUT), TORCH_NPU_FALLBACK_CPU_DISABLE,
+and for hccl TORCH_NPU_USE_COMPATIBLE_IMPL and TORCH_NPU_COMPACT_ERROR_OUTPUT, as torch_npu reads them.
 """
 
 import os as _os
@@ -50,6 +53,7 @@ def _ensure_testbed_importable():
 
 _ensure_testbed_importable()
 
+from testbed import hccl as _hccl  # noqa: E402
 from testbed import npu_device as _npu_device  # noqa: E402
 from testbed import npu_registry as _npu_registry  # noqa: E402
 
@@ -96,6 +100,8 @@ _sys.modules["torch.npu.memory"] = npu.memory
 _attention.register()
 # the kernels torch_npu registers at import, each served by the simulation
 _npu_device.install_registry(_registry)
+# torch.distributed's "hccl" backend for npu, as torch_npu registers it at import (testbed/hccl.py)
+_hccl.register()
 
 _ops_wanted = {
     name.strip().removeprefix("npu_")
