@@ -156,7 +156,7 @@ def test_the_kit_says_what_this_torch_npu_lacks_and_that_the_card_is_busy(tmp_pa
 
 def test_ctrl_c_prints_what_was_measured(tmp_path):
     environment = harness.bed_env("ascend-cu130", extra_path=(str(harness.REPO),))
-    child = subprocess.Popen([sys.executable, "-m", "ascend_shim", "bench", "--real-size", "--repeat", "400"],
+    child = subprocess.Popen([sys.executable, "-m", "ascend_shim", "bench", "--real-size", "--repeat", "100"],
                              env=environment, cwd=str(tmp_path), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                              text=True)
     seen = []
@@ -230,3 +230,30 @@ def test_on_a_card_the_block_predicts_the_step_and_the_pinned_copys_saving():
     gb = step.WEIGHTS_BYTES / 1e9
     assert ("**saves %.2f s per prompt**" % (gb / 12.5 + gb / 2.5 - gb / 25.0)) in text
     assert paste_json(text)["step"]["rows"][0]["ms"] == pytest.approx(33.68, abs=0.01)
+
+
+def test_hccl_on_two_simulated_cards_one_process_each(tmp_path):
+    proc = kit(["--hccl", "2", "--json"], tmp_path, TESTBED_NPU_COUNT="2")
+    assert proc.returncode == 0, proc.stderr
+    result = json.loads(proc.stdout)
+    assert result["simulated"] is True and result["cards"] == ["0", "1"]
+    (run,) = result["runs"]
+    assert run["cards"] == 2 and run["card_ids"] == ["0", "1"] and run["tokens_per_card"] == 32
+    a2a, gather = run["all_to_all"], run["all_gather"]
+    # one of q, k, v: 32 tokens x 2 heads x 128 per card, bf16; the gathered hidden state: 64 x 256
+    assert a2a["bytes"] == 32 * 2 * 128 * 2 and gather["bytes"] == 64 * 256 * 2
+    assert a2a["simulated_seconds"] > 0 and "seconds" not in a2a and "step_s" not in a2a
+    assert a2a["assumed_busbw_gb_s"] == 56.0 and a2a["calls_per_step"] == 400 and gather["calls_per_step"] == 2
+    assert a2a["simulated_busbw_gb_s"] == pytest.approx(a2a["simulated_algbw_gb_s"] / 2)
+
+
+def test_two_ranks_on_one_card_are_reported_not_waited_for(tmp_path):
+    """HCCL refuses a second process on a card: the run says so, and no worker is left waiting."""
+    script = tmp_path / "same_card.py"
+    script.write_text("import json\nfrom ascend_shim.commands import bench_hccl\n"
+                      "spec = {'tokens': 64, 'heads': 2, 'head_dim': 128, 'hidden': 256, 'repeat': 1, 'warmup': 0,"
+                      " 'timeout_s': 60}\nprint(json.dumps(bench_hccl.launch(['0', '0'], spec, 120)))\n")
+    environment = harness.bed_env("ascend-cu130", extra_path=(str(harness.REPO),), TESTBED_NPU_COUNT="2")
+    result, why = harness.last_json(harness.run([sys.executable, str(script)], environment, tmp_path, timeout=180))
+    assert result is None and re.match(r"card 0 \(rank [01]\) failed: RuntimeError: .*hcclCommInitRootInfoConfig"
+                                       r".*error code is 7", why), why

@@ -219,7 +219,7 @@ def markdown(result: Dict[str, Any]) -> str:
             continue
         for name, label in (("all_to_all", "all-to-all of q, k or v"), ("all_gather", "all-gather of the hidden shards")):
             r = run_[name]
-            out.append("| %d | %s | %.1f MB%s | %.4g%s | %s | %s | %g GB/s | %d | %s |" % (
+            out.append("| %d | %s | %.4g MB%s | %.4g%s | %s | %s | %g GB/s | %d | %s |" % (
                 run_["cards"], label, r["bytes"] / 1e6, " per card" if name == "all_to_all" else " gathered",
                 r["seconds"] * 1e3, " (simulated)" if sim else "", _rate(r["algbw_gb_s"], sim),
                 _rate(r["busbw_gb_s"], sim), r["assumed_busbw_gb_s"], r["calls_per_step"],
