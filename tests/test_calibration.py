@@ -62,6 +62,9 @@ def test_the_table_is_the_real_size_accounts_step():
     bound = sum(step.bound_seconds(r) * r.calls for r in rows.values() if r.in_step)
     assert 4.85 < bound < 4.87  # the account's 4.86 s bound per step on today's bed
     assert step.hccs_assumed_busbw(2) == 56.0 and step.hccs_assumed_busbw(8) == 392.0
+    # every row (the bytes its kernels touch, more than it holds at once) fits one 910B4's 32 GB with
+    # room: the docs say "under 5 GiB"
+    assert max(step.row_bytes(row) for row in rows.values()) < 5 * 1024 ** 3
 
 
 def test_the_predicted_step_and_the_pinned_copy_are_their_arithmetic():
