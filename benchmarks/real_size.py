@@ -34,8 +34,10 @@ import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import harness  # noqa: E402
+from ascend_shim.commands import real_size_step as step  # noqa: E402  (the one table bench --real-size times)
 
 COMFYUI = "0.30.0"
 CASE = Path(__file__).resolve().parent / "real_size_case.py"
@@ -44,16 +46,17 @@ CONTENDERS = {
     "eager": dict(kitchen="0.2.27", env={"ASCEND_SHIM_INT8": "off"}),
     "upstream": dict(kitchen="0.2.40", env={"ASCEND_SHIM_INT8": "upstream"}),
 }
-CLASSES = ("attention", "quantized linears", "other linears", "convolutions", "norms", "modulation",
-           "RoPE", "activation", "elementwise glue", "other")
-USER_STEP_SECONDS = 161.81 / 20
+CLASSES = step.CLASSES
+USER_STEP_SECONDS = step.USER_STEP_SECONDS
 
 
 def run(name, part, options, workdir):
     spec = CONTENDERS[name]
     schemas = harness.torch_npu_dir("2.12.0") / "registered_schemas.txt"
     args = [sys.executable, str(CASE), str(harness.comfyui_dir(COMFYUI)), "--part", part,
-            "--variant", options.variant, "--text-len", str(options.text_len), "--npu-schemas", str(schemas)]
+            "--variant", options.variant, "--text-len", str(options.text_len), "--npu-schemas", str(schemas),
+            "--width", str(step.VIDEO["width"]), "--height", str(step.VIDEO["height"]),
+            "--length", str(step.VIDEO["length"])]
     proc = harness.run(args, harness.bed_env("ascend-cu130", kitchen=spec["kitchen"], extra_path=(str(harness.REPO),),
                                              OMP_NUM_THREADS="1", **spec["env"]),
                        workdir, timeout=3600)
@@ -102,15 +105,46 @@ def table(title, results, peaks, per_step_label):
         print("%s: roofline bound %.2f s %s" % (name, bound, per_step_label(bound)))
 
 
+def kit_coverage(report):
+    """The count beside ``bench --real-size``'s table (``real_size_step``): per class, the kernels and
+    GB of the rows it times against the counted ones, so a change to either shows here."""
+    counted = collections.OrderedDict((klass, [0, 0, 0, 0]) for klass in CLASSES)
+    for klass, op, kernels, nbytes, _flops, _int8 in report["step"]["rows"]:
+        entry = counted.setdefault(klass, [0, 0, 0, 0])
+        entry[0] += kernels
+        entry[1] += nbytes
+    for (klass, _op), (kernels, nbytes) in step.per_class().items():
+        entry = counted.setdefault(klass, [0, 0, 0, 0])
+        entry[2] += kernels
+        entry[3] += nbytes
+    return counted
+
+
+def print_kit_coverage(report):
+    if report.get("tokens") != step.REAL.tokens:
+        print("bench --real-size's table says %d tokens, this count %s: update ascend_shim/commands/real_size_step.py"
+              % (step.REAL.tokens, report.get("tokens")))
+    print("\nbench --real-size's rows (ascend_shim/commands/real_size_step.py) against this count")
+    print("| op class | counted: kernels / GB | the kit's rows: kernels / GB |")
+    print("|---|---:|---:|")
+    totals = [0, 0, 0, 0]
+    for klass, row in kit_coverage(report).items():
+        if not any(row):
+            continue
+        totals = [a + b for a, b in zip(totals, row)]
+        print("| %s | %d / %.1f | %d / %.1f |" % (klass, row[0], row[1] / 1e9, row[2], row[3] / 1e9))
+    print("| **total** | **%d / %.1f** | **%d / %.1f** |" % (totals[0], totals[1] / 1e9, totals[2], totals[3] / 1e9))
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--parts", default="dit,vae")
     parser.add_argument("--contenders", default=",".join(CONTENDERS))
     parser.add_argument("--variant", default="int8", choices=("int8", "bf16"))
     parser.add_argument("--text-len", type=int, default=256, help="prompt tokens (Qwen3-VL states)")
-    parser.add_argument("--tflops", type=float, default=313.0, help="FP16/BF16 cube peak, TFLOPS")
-    parser.add_argument("--int8-tops", type=float, default=626.0, help="INT8 cube peak, TOPS")
-    parser.add_argument("--tbps", type=float, default=1.6, help="HBM bandwidth, TB/s")
+    parser.add_argument("--tflops", type=float, default=step.BF16_TFLOPS, help="FP16/BF16 cube peak, TFLOPS")
+    parser.add_argument("--int8-tops", type=float, default=step.INT8_TOPS, help="INT8 cube peak, TOPS")
+    parser.add_argument("--tbps", type=float, default=step.HBM_TBPS, help="HBM bandwidth, TB/s")
     parser.add_argument("--json", action="store_true")
     options = parser.parse_args()
     peaks = (options.tflops * 1e12, options.int8_tops * 1e12, options.tbps * 1e12)
@@ -132,6 +166,8 @@ def main():
                                          any_done.get("latent"), COMFYUI))
         table(title, result["dit"], peaks, lambda bound: "against the user's %.2f s per step (%.0f %% of it)"
               % (USER_STEP_SECONDS, 100 * bound / USER_STEP_SECONDS))
+        if result["dit"].get("shim", {}).get("stage") == "done" and options.variant == "int8":
+            print_kit_coverage(result["dit"]["shim"])
     if "vae" in result:
         any_done = next((r for r in result["vae"].values() if r.get("stage") == "done"), {})
         title = "MiniMax-H3 video VAE decode (%s, latent %s -> %s)" % (

@@ -353,6 +353,24 @@ def _no_torch(options: Any, exc: BaseException) -> int:
 
 
 def main(options: Any) -> int:
+    kit = [flag for flag, value in (("--real-size", getattr(options, "real_size", None)),
+                                    ("--hccl", getattr(options, "hccl", None))) if value is not None]
+    misplaced = [flag for flag, given in (("--m", options.m is not None),
+                                          ("--tiny", getattr(options, "tiny", False))) if given]
+    if len(kit) > 1 or (kit and "--m" in misplaced) or (not kit and "--tiny" in misplaced):
+        from ascend_shim.startup import output as _output
+
+        _output.write("bench: %s: give --real-size or --hccl (either with --tiny), or --m, one at a time"
+                      % " with ".join(kit + misplaced))
+        return USAGE
+    if kit == ["--real-size"]:
+        from ascend_shim.commands import calibration
+
+        return calibration.run(options)
+    if kit == ["--hccl"]:
+        from ascend_shim.commands import bench_hccl
+
+        return bench_hccl.run(options)
     try:
         import torch
     except Exception as exc:  # not installed, or torch_npu's autoload breaks it

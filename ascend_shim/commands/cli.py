@@ -52,6 +52,20 @@ def token_counts(text: str) -> List[int]:
     return [_bounded_int(p, 1, "a token count >= 1") for p in parts]
 
 
+def sections(text: str) -> List[str]:
+    from ascend_shim.commands.calibration import parse_sections
+
+    return parse_sections(text)
+
+
+def card_counts(text: str) -> List[int]:
+    """``"2,4,8"`` -> [2, 4, 8]; every entry a whole number >= 2."""
+    parts = [p.strip() for p in text.split(",")]
+    if not parts or any(not p for p in parts):
+        raise argparse.ArgumentTypeError("%r: give comma-separated card counts, e.g. 2,4,8" % text)
+    return sorted({_bounded_int(p, 2, "a card count >= 2") for p in parts})
+
+
 def cmd_status(options: argparse.Namespace) -> int:
     from ascend_shim.commands import status as status_cmd
 
@@ -117,6 +131,18 @@ def build_parser() -> argparse.ArgumentParser:
                        help="untimed runs before timing (default 3; 0 on an emulated device)")
     bench.add_argument("--m", type=token_counts, default=None, metavar="M[,M...]",
                        help="comma-separated token counts (default 8352,256; 256 on an emulated device)")
+    kit = bench.add_argument_group("calibration kit for a real 910B (a block to paste into an issue)")
+    kit.add_argument("--real-size", type=sections, nargs="?", const=["step", "copies"], default=None,
+                     metavar="step,copies",
+                     help="the seed user's MiniMax-H3 step at its real size, op class by op class, beside "
+                          "the account's bound and the user's 8.09 s/step, and host<->NPU copies of 1 and 4 GiB "
+                          "(default: both sections)")
+    kit.add_argument("--tiny", action="store_true",
+                     help="with --real-size or --hccl: tiny shapes (and 16/64 MiB copies), a check that the "
+                          "kit runs (the default on an emulated NPU)")
+    kit.add_argument("--hccl", type=card_counts, nargs="?", const=[2, 4, 8], default=None, metavar="N[,N...]",
+                     help="HCCL all-to-all and all-gather of the Ulysses tensors on N cards, one process "
+                          "per card (default 2,4,8, as many as are visible)")
     bench.set_defaults(func=cmd_bench)
     # `status --version` works as well as `--version` before the command
     for command in (status, doctor, selftest, bench):

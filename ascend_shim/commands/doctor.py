@@ -85,7 +85,7 @@ def _torch_npu(torch, report, findings):
 
         report["cann"] = get_cann_version()
     except Exception:
-        report["cann"] = _cann_from_files()
+        report["cann"] = cann_from_files()
     try:
         available = bool(torch.npu.is_available())
         count = torch.npu.device_count() if available else 0
@@ -108,7 +108,7 @@ def _torch_npu(torch, report, findings):
     return torch_npu
 
 
-def _cann_from_files():
+def cann_from_files():
     for home in filter(None, (os.environ.get("ASCEND_TOOLKIT_HOME"), os.environ.get("ASCEND_HOME_PATH"),
                               "/usr/local/Ascend/ascend-toolkit/latest")):
         for name in ("version.cfg", "compiler/version.info", "toolkit/version.info"):

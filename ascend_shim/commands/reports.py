@@ -147,6 +147,23 @@ def audit_lines(data, audit):
     return [fill(line, 6) for line in lines]
 
 
+MOVES_SHOWN = 3  # prompts listed by status, newest last
+
+
+def model_moves_lines(moves):
+    """ComfyUI's model loads and unloads on the NPU in the last prompts (patches/model_moves)."""
+    prompts = (moves or {}).get("kept") or ([moves["last"]] if (moves or {}).get("last") else [])
+    if not prompts:
+        return []
+    from ascend_shim.patches.model_moves import describe
+
+    lines = ["model loads/unloads on the NPU, last %d prompt%s (of %d kept):" % (
+        min(len(prompts), MOVES_SHOWN), "" if min(len(prompts), MOVES_SHOWN) == 1 else "s", len(prompts))]
+    for prompt in prompts[-MOVES_SHOWN:]:
+        lines.append("  %s, process %s: %s" % (prompt.get("time"), prompt.get("pid"), describe(prompt)))
+    return [fill(line, 6) for line in lines]
+
+
 RENDERED = (  # (declared sections, their lines), in the order shown
     (("int8", "w4a8", "int_mm"), int8_lines),
     (("rope",), lambda data, rope: rope_lines(rope)),
@@ -156,4 +173,5 @@ RENDERED = (  # (declared sections, their lines), in the order shown
     (("sampler_ops",), lambda data, ops: sampler_ops_lines(ops)),
     (("cpu_fallbacks",), fallback_lines),
     (("audit",), audit_lines),
+    (("model_moves",), lambda data, moves: model_moves_lines(moves)),
 )

@@ -1,8 +1,9 @@
 """Findings a ComfyUI process keeps for ``status`` and ``doctor`` run in another shell.
 
 One small JSON file per kind under ``$XDG_CACHE_HOME/ascend_shim`` (``~/.cache``
-by default), replaced atomically; only what the user asked for (the audit) or
-a problem found (a forced VAE dtype) is written. Stdlib only.
+by default), replaced atomically; only what the user asked for (the audit), a
+problem found (a forced VAE dtype) or a prompt's model loads and unloads on the
+NPU (the last few prompts, a few hundred bytes each) is written. Stdlib only.
 """
 
 import json

@@ -1,7 +1,8 @@
 """After each ComfyUI prompt, log any op the shim newly saw fall back to the CPU
-(only fallback warnings that reach Python: see fallback_report), and the
+(only fallback warnings that reach Python: see fallback_report), the
 prompt's attention account (patches/attention_account.py) where it made SDPA
-calls on the NPU."""
+calls on the NPU, and its model loads and unloads on the NPU (patches/model_moves.py,
+which also keeps them for ``status``)."""
 
 import logging
 
@@ -36,6 +37,12 @@ def _report_after(execution, wrapped, instance, args, kwargs):
             log.info(late)
 
         line = attention_account.take_prompt_line()
+        if line:
+            log.info(line)
+
+        from ascend_shim.patches import model_moves
+
+        line = model_moves.take_prompt_line()
         if line:
             log.info(line)
 

@@ -369,6 +369,43 @@ class _Checks:
         assert tb.last().notes["x2_layout"] == "nz" and tb.last()["x2"].npu_format == 29
 
 
+    # ---------------------------------------------------------------- attention, card state
+    def test_fusion_attention_computes_softmax_attention_in_each_layout(self):
+        torch.manual_seed(0)
+        q, k, v = (torch.randn(1, 2, 16, 8, dtype=torch.bfloat16) for _ in range(3))
+        want = torch.nn.functional.scaled_dot_product_attention(q.float(), k.float(), v.float(), scale=0.5)
+        out, peak, total, softmax_out, seed, offset, numels = torch_npu.npu_fusion_attention(
+            npu(q), npu(k), npu(v), 2, "BNSD", scale=0.5)
+        assert out.device.type == "npu" and out.dtype == torch.bfloat16 and out.shape == q.shape
+        assert (out.cpu().float() - want).abs().max() < 2e-2
+        assert peak.shape == total.shape == (1, 2, 16, 8) and peak.dtype == torch.float32
+        assert softmax_out.numel() == 0 and (seed, offset, numels) == (0, 0, 0)
+        bsh = [t.transpose(1, 2).reshape(1, 16, 16) for t in (q, k, v)]
+        out_bsh = torch_npu.npu_fusion_attention(*[npu(t) for t in bsh], 2, "BSH", scale=0.5)[0]
+        assert torch.equal(out_bsh.cpu(), out.cpu().transpose(1, 2).reshape(1, 16, 16))
+        mask = torch.zeros(16, 16, dtype=torch.bool)
+        mask[:, 8:] = True  # True: masked out
+        masked = torch_npu.npu_fusion_attention(npu(q), npu(k), npu(v), 2, "BNSD", atten_mask=npu(mask), scale=0.5)[0]
+        want_masked = torch.nn.functional.scaled_dot_product_attention(q.float(), k.float(), v.float(),
+                                                                       attn_mask=~mask, scale=0.5)
+        assert (masked.cpu().float() - want_masked).abs().max() < 2e-2
+        with pytest.raises(RuntimeError, match="keep_prob=1"):
+            torch_npu.npu_fusion_attention(npu(q), npu(k), npu(v), 2, "BNSD", keep_prob=0.9)
+        with pytest.raises(RuntimeError, match="head_num 3"):
+            torch_npu.npu_fusion_attention(npu(q), npu(k), npu(v), 3, "BNSD")
+
+    def test_memory_held_elsewhere_and_utilization_are_read_at_each_call(self):
+        free, total = torch.npu.mem_get_info(0)
+        assert torch.npu.utilization(0) == 0 and not hasattr(torch.npu, "npurt")  # 2.12 has no npurt
+        os.environ["TESTBED_NPU_HELD_ELSEWHERE_GIB"], os.environ["TESTBED_NPU_UTILIZATION"] = "2.5", "40"
+        try:
+            assert torch.npu.mem_get_info(0) == (free - int(2.5 * 1024**3), total)
+            assert torch.npu.utilization(0) == 40
+        finally:
+            del os.environ["TESTBED_NPU_HELD_ELSEWHERE_GIB"], os.environ["TESTBED_NPU_UTILIZATION"]
+        assert torch.npu.mem_get_info(0) == (free, total)
+
+
 CHECKS = sorted(name for name in vars(_Checks) if name.startswith("test_"))
 
 if INNER:
@@ -404,6 +441,7 @@ else:
                 "import_error": pool.submit(_spawn, IMPORT_ERROR, kind="ascend-cu130",
                                             TESTBED_TORCH_NPU_IMPORT_ERROR=CANN_NOT_SOURCED),
                 "conflict": pool.submit(_spawn, CONFLICT, kind="ascend-cu130", TESTBED_TORCH_NPU_DEVICE_CONFLICT="1"),
+                "npurt": pool.submit(_spawn, NPURT, TESTBED_TORCH_NPU_VERSION="2.14.0"),
             }
             if (kitchen / "comfy_kitchen").is_dir():
                 started["kitchen"] = pool.submit(_spawn, UPSTREAM_ASCEND, kind="ascend-cu130", pythonpath=[kitchen])
@@ -464,6 +502,32 @@ else:
                        "loaded": False, "npu": False}
         res = _result(jobs["conflict"].result())
         assert res.startswith("Two accelerators cannot be used at the same time in PyTorch: npu and cuda")
+
+    NPURT = textwrap.dedent(
+        """
+        import json, mmap, torch, torch_npu
+        rt = torch.npu.npurt()
+        mapping = mmap.mmap(-1, 8192)
+        page = torch.frombuffer(mapping, dtype=torch.uint8)
+        loose = torch.empty(8192 + 64, dtype=torch.uint8)
+        odd = loose.data_ptr() + (1 if loose.data_ptr() % 4096 == 0 else 0)
+        out = {"same": torch_npu.npu.npurt() is rt,
+               "mapped": rt.npuHostRegister(page.data_ptr(), 8192, 0x2),
+               "again": rt.npuHostRegister(page.data_ptr(), 8192, 0x2),
+               "unaligned_mapped": rt.npuHostRegister(odd, 4096, 0x2),
+               "unaligned_pinned": rt.npuHostRegister(odd, 4096, 0x10000000),
+               "null": rt.npuHostRegister(0, 4096, 0x2),
+               "unregister": rt.npuHostUnregister(page.data_ptr()),
+               "unregister_unknown": rt.npuHostUnregister(page.data_ptr())}
+        print(json.dumps(out))
+        """
+    )
+
+    def test_npurt_exists_from_2_14_and_checks_as_acl_does(jobs):
+        res = _result(jobs["npurt"].result())
+        invalid = 100000  # ACL_ERROR_INVALID_PARAM
+        assert res == {"same": True, "mapped": 0, "again": invalid, "unaligned_mapped": invalid,
+                       "unaligned_pinned": 0, "null": invalid, "unregister": 0, "unregister_unknown": invalid}
 
     UPSTREAM_ASCEND = textwrap.dedent(
         """

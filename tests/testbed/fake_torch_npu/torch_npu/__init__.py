@@ -10,8 +10,8 @@ TESTBED_NPU_COUNT               number of cards (default 1; 0 = none visible)
 ASCEND_RT_VISIBLE_DEVICES       chooses and orders the cards, as on a real box (physical ids
                                 in testbed.npu_device.physical_id)
 TESTBED_TORCH_NPU_VERSION       ``__version__`` (default 2.12.0)
-TESTBED_NPU_OPS                 which fused ops exist (default
-                                "dynamic_quant,quant_matmul,rotary_mul,rms_norm,swiglu,group_norm_silu"; "" = none)
+TESTBED_NPU_OPS                 which fused ops exist (default "dynamic_quant,quant_matmul,rotary_mul,
+                                rms_norm,swiglu,group_norm_silu,fusion_attention"; "" = none)
 TESTBED_TORCH_NPU_DEVICE_CONFLICT=1  on a CUDA-build torch raise like torch_npu
                                 2.14 ("Two accelerators cannot be used ...")
 TESTBED_CANN_VERSION            utils.collect_env.get_cann_version()
@@ -106,7 +106,8 @@ _hccl.register()
 _ops_wanted = {
     name.strip().removeprefix("npu_")
     for name in _os.environ.get("TESTBED_NPU_OPS",
-                                    "dynamic_quant,quant_matmul,rotary_mul,rms_norm,swiglu,group_norm_silu").split(",")
+                                    "dynamic_quant,quant_matmul,rotary_mul,rms_norm,swiglu,group_norm_silu,"
+                                    "fusion_attention").split(",")
     if name.strip()
 }
 if "dynamic_quant" in _ops_wanted:
@@ -121,6 +122,8 @@ if "swiglu" in _ops_wanted:
     from ._ops import npu_swiglu  # noqa: E402,F401
 if "group_norm_silu" in _ops_wanted:
     from ._ops import npu_group_norm_silu  # noqa: E402,F401
+if "fusion_attention" in _ops_wanted:
+    from ._attention import npu_fusion_attention  # noqa: E402,F401
 del _ops_wanted
 
 __all__ = ["npu", "utils", "npu_format_cast", "get_npu_format"]

@@ -66,3 +66,81 @@ def register() -> None:
     if _library is None:
         _library = torch.library.Library("aten", "IMPL")
         _library.impl("scaled_dot_product_attention", _sdpa, "PrivateUse1")
+
+
+# --------------------------------------------------------------------------- npu_fusion_attention
+
+_LAYOUTS = ("BNSD", "BSND", "BSH", "SBH")
+
+
+def _to_bnsd(t, layout: str, heads: int):
+    if layout == "BNSD":
+        return t
+    if layout == "BSND":
+        return t.transpose(1, 2)
+    if layout == "BSH":
+        b, s, h = t.shape
+        return t.reshape(b, s, heads, h // heads).transpose(1, 2)
+    s, b, h = t.shape  # SBH
+    return t.reshape(s, b, heads, h // heads).permute(1, 2, 0, 3)
+
+
+def _from_bnsd(t, layout: str):
+    if layout == "BNSD":
+        return t
+    if layout == "BSND":
+        return t.transpose(1, 2)
+    b, n, s, d = t.shape
+    bsh = t.transpose(1, 2).reshape(b, s, n * d)
+    return bsh if layout == "BSH" else bsh.transpose(0, 1)
+
+
+def npu_fusion_attention(query, key, value, head_num, input_layout, pse=None, padding_mask=None, atten_mask=None,
+                         scale=1.0, keep_prob=1.0, pre_tockens=2147483647, next_tockens=2147483647, inner_precise=0,
+                         prefix=None, actual_seq_qlen=None, actual_seq_kvlen=None, sparse_mode=0,
+                         gen_mask_parallel=True, sync=False, softmax_layout="", sink=None, dropout_mask=None,
+                         seed=0, offset=0):
+    """torch_npu's flash attention as its docs describe the inference use: ``softmax(q k^T * scale)
+    v`` with ``atten_mask`` True where a position is masked out; returns (attention_out in
+    ``input_layout``, softmax_max and softmax_sum [B, N, Sq, 8] float32, an empty softmax_out,
+    seed, offset, numels). The bed takes fp16/bf16 q/k/v of one dtype in BNSD, BSND, BSH or SBH,
+    ``keep_prob`` 1 and ``sparse_mode`` 0 (no dropout, no sparse or variable-length modes), and
+    computes in float32 with one rounding to q's dtype.
+    """
+    from . import _ops
+
+    op = "npu_fusion_attention"
+    index = _ops._same_npu(op, {"query": query, "key": key, "value": value, "atten_mask": atten_mask})
+    if input_layout not in _LAYOUTS:
+        raise _testbed.reject(op, f"input_layout must be one of {_LAYOUTS}, got {input_layout!r}")
+    if query.dtype not in (torch.float16, torch.bfloat16) or key.dtype != query.dtype or value.dtype != query.dtype:
+        raise _testbed.reject(op, f"query, key and value must be float16 or bfloat16 of one dtype, got "
+                                  f"{query.dtype}, {key.dtype}, {value.dtype}")
+    unsupported = {"pse": pse, "padding_mask": padding_mask, "prefix": prefix, "actual_seq_qlen": actual_seq_qlen,
+                   "actual_seq_kvlen": actual_seq_kvlen, "sink": sink, "dropout_mask": dropout_mask}
+    given = [name for name, value_ in unsupported.items() if value_ is not None]
+    if given or keep_prob != 1.0 or sparse_mode != 0:
+        raise _testbed.reject(op, "this testbed serves keep_prob=1, sparse_mode=0 and no %s" % ", ".join(unsupported))
+    q, k, v = (_to_bnsd(npu_device.unwrap(t), input_layout, head_num) for t in (query, key, value))
+    if q.shape[1] != head_num:
+        raise _testbed.reject(op, f"head_num {head_num} does not match the query's {q.shape[1]} heads")
+    _testbed.record(op, {"query": query, "key": key, "value": value, "atten_mask": atten_mask},
+                    {"head_num": head_num, "input_layout": input_layout, "scale": scale})
+    b, n, s = q.shape[0], q.shape[1], q.shape[2]
+    if _testbed.is_zero_cost():
+        out = torch.empty_like(q)
+        stats = torch.zeros(b, n, s, 8, dtype=torch.float32)
+        return (npu_device.wrap(_from_bnsd(out, input_layout).contiguous(), index), npu_device.wrap(stats, index),
+                npu_device.wrap(stats.clone(), index), npu_device.wrap(torch.empty(0, dtype=q.dtype), index), seed,
+                offset, 0)
+    scores = torch.matmul(q.float(), k.float().transpose(-1, -2)) * scale
+    if atten_mask is not None:
+        scores = scores.masked_fill(npu_device.unwrap(atten_mask).bool(), float("-inf"))
+    peak = scores.amax(dim=-1, keepdim=True)
+    weights = torch.exp(scores - peak)
+    total = weights.sum(dim=-1, keepdim=True)
+    out = torch.matmul(weights / total, v.float()).to(query.dtype)
+    return (npu_device.wrap(_from_bnsd(out, input_layout).contiguous(), index),
+            npu_device.wrap(peak.expand(b, n, s, 8).contiguous(), index),
+            npu_device.wrap(total.expand(b, n, s, 8).contiguous(), index),
+            npu_device.wrap(torch.empty(0, dtype=query.dtype), index), seed, offset, 0)

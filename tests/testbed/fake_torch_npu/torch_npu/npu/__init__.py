@@ -108,7 +108,8 @@ def get_amp_supported_dtype() -> list:
 
 
 def utilization(device=None) -> int:
-    return 0
+    """``TESTBED_NPU_UTILIZATION`` percent (default 0): what another process's work would show."""
+    return int(os.environ.get("TESTBED_NPU_UTILIZATION", "0"))
 
 
 class device:
@@ -172,11 +173,17 @@ def empty_cache() -> None:
         _reserved[idx] = _dev.memory_allocated(idx)
 
 
+def _held_elsewhere() -> int:
+    """``TESTBED_NPU_HELD_ELSEWHERE_GIB``: what other processes hold on each card (a ComfyUI beside
+    this one), read at every call; default 0."""
+    return int(float(os.environ.get("TESTBED_NPU_HELD_ELSEWHERE_GIB", "0")) * 1024**3)
+
+
 def mem_get_info(device=None) -> tuple:
-    """(free, total) in bytes."""
+    """(free, total) in bytes: the card less the runtime, this process's reserve and other processes'."""
     idx = _idx(device)
     _dev._check_index(idx)
-    free = TOTAL_MEMORY - _RUNTIME_OVERHEAD - memory_reserved(idx)
+    free = TOTAL_MEMORY - _RUNTIME_OVERHEAD - memory_reserved(idx) - _held_elsewhere()
     return max(free, 0), TOTAL_MEMORY
 
 
@@ -429,5 +436,51 @@ class _MatmulSettings:
 
 
 matmul = _MatmulSettings()
+
+# --------------------------------------------------------------------------- npurt (torch_npu 2.14+)
+
+ACL_ERROR_INVALID_PARAM = 100000
+_ACL_HOST_REG_MAPPED = 0x2
+_PAGE = 4096
+
+
+class _Npurt:
+    """``torch_npu._C._npurt`` of torch_npu 2.14: host memory registration as ACL checks it. A MAPPED
+    registration needs page-aligned memory of whole pages (torch_npu's own test registers shared,
+    page-aligned memory with it; an ordinary CPU tensor only with PINNED); a null pointer, a zero
+    size, a second registration of one address or an unknown one to unregister is an error."""
+
+    def __init__(self) -> None:
+        self.registered: dict = {}
+
+    def npuHostRegister(self, ptr: int, size: int, flags: int) -> int:
+        if not ptr or size <= 0 or ptr in self.registered:
+            return ACL_ERROR_INVALID_PARAM
+        if flags & _ACL_HOST_REG_MAPPED and (ptr % _PAGE or size % _PAGE):
+            return ACL_ERROR_INVALID_PARAM
+        self.registered[ptr] = (size, flags)
+        _testbed.counters["npuHostRegister"] += 1
+        return 0
+
+    def npuHostUnregister(self, ptr: int) -> int:
+        if self.registered.pop(ptr, None) is None:
+            return ACL_ERROR_INVALID_PARAM
+        _testbed.counters["npuHostUnregister"] += 1
+        return 0
+
+
+_NPURT = _Npurt()
+
+
+def _version() -> tuple:
+    parts = os.environ.get("TESTBED_TORCH_NPU_VERSION", "2.12.0").split(".")[:2]
+    return tuple(int(p) for p in parts if p.isdigit())
+
+
+if _version() >= (2, 14):  # torch_npu 2.12's sources have no npurt; 2.14's do
+    def npurt():
+        """The NPU runtime API module (``torch_npu._C._npurt``)."""
+        return _NPURT
+
 
 from . import memory  # noqa: E402  (submodule; needs the functions above)
