@@ -25,12 +25,15 @@ SKIPPED = {
     "tests/run.sh": "the install-and-test block is run by .ci/run",
     "selftest": "the checks block needs a real NPU (tests/test_newcomer.py runs its status and doctor on the bed)",
     "bench --real-size": "the calibration block needs a real NPU (tests/test_calibration.py runs the kit on the bed)",
+    "komikndr/raylight": "the raylight block clones from GitHub into a ComfyUI on an NPU box (tests/e2e/"
+                         "test_raylight.py runs raylight's nodes on the bed with the same packages)",
 }
 
 
 # the README, then one page per topic (docs/README.md lists them); each holds English, then 中文
 PAGES = ("README.md", "docs/install.md", "docs/commands.md", "docs/how-it-works.md", "docs/fp8.md",
-         "docs/compatibility.md", "docs/testbed.md", "docs/workflow.md", "docs/many-npus.md", "docs/README.md")
+         "docs/compatibility.md", "docs/testbed.md", "docs/workflow.md", "docs/many-npus.md", "docs/raylight.md",
+         "docs/README.md")
 LINK = re.compile(r"\[[^\]]*\]\(([^)\s]+)\)")
 
 
@@ -69,7 +72,7 @@ def test_every_block_is_run_and_both_languages_agree():
     english, chinese = blocks()
     assert [commands(b) for b in english] == [commands(b) for b in chinese]
     assert [kind(b) for b in english] == ["tests/run.sh", "selftest", "pip wheel", "bench --real-size",
-                                          "tests/testbed env"]
+                                          "tests/testbed env", "komikndr/raylight"]
 
 
 def anchors(path):
