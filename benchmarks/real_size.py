@@ -1,14 +1,17 @@
-"""Where a real MiniMax-H3 step goes: counted at the user's size on the simulated 910B, not computed.
+"""Where a real MiniMax-H3 step goes, on one card and split over several: counted at the user's size
+on the simulated 910B, not computed.
 
-The seed user's run: MiniMax-H3 INT8, 864x480, 121 frames (the latent node snaps to 124) with its
-audio stream, cfg 2, 20 steps in 161.81 s on one 910B3 (8.09 s per step). ``real_size_case.py``
-builds ComfyUI 0.30.0's own ``MiniMaxH3Model`` at the published size (the class defaults, which
-ComfyUI's model detection reads back from the checkpoint: 50 blocks, hidden 5376, 56 heads of
-128, FFN 14336, text 5120, time 2688; 33.1 G parameters) from a state dict with no data, loads it
-with ComfyUI's loader onto the simulated card, and runs one sampling step's forwards (cfg 2:
-MiniMax-H3 takes batch 1, so ComfyUI runs the positive and the negative forward) after one
-uncounted forward. ``--part vae`` decodes that video's latent with ComfyUI's ``VAE`` (the
-MiniMax-H3 video VAE: causal 3D CNN encoder, 36-layer ViT decoder).
+The seed user's run: MiniMax-H3 INT8, 864x480, 5 s (the template's 124 frames; 121 snaps to the
+same latent) with its audio stream, ComfyUI's MiniMax-H3 text-to-video template (BasicGuider: one
+forward per step, cfg 1), 20 steps, 161.81 s for the whole prompt on one 910B3 (8.09 s per step at
+most: the prompt also encodes the text and decodes the video). ``real_size_case.py`` builds the
+users' ComfyUI v0.30.0's own ``MiniMaxH3Model`` at the published size (the class defaults, which
+ComfyUI's model detection reads back from the checkpoint: 50 blocks, hidden 5376, 56 heads of 128,
+FFN 14336, text 5120, time 2688; 33.1 G parameters) from a state dict with no data, loads it with
+ComfyUI's loader onto the simulated card, and runs one sampling step's forwards (``--cfg 1``; ``2``
+counts a CFG guider's positive and negative forward, MiniMax-H3 taking batch 1) after one uncounted
+forward. ``--part vae`` decodes that video's latent with ComfyUI's ``VAE`` (the MiniMax-H3 video
+VAE: causal 3D CNN encoder, 36-layer ViT decoder).
 
 Per op class: device kernels (aten ops on npu tensors that compute, as ``device_work.kernels``
 counts them, plus each torch_npu op), device bytes (inputs read + outputs written; a broadcast
@@ -19,10 +22,41 @@ summed. The peaks are parameters; the defaults (FP16/BF16 cube 313 TFLOPS, INT8 
 was at hand, and pages quote 256-320 TFLOPS and 0.4-1.6 TB/s for "910B". A real card must
 confirm them, and the bound leaves out launch and host time.
 
-Contenders, each a fresh interpreter (as ``sampling_step.py``): shim (kitchen 0.2.27, defaults),
-eager (0.2.27, ``ASCEND_SHIM_INT8=off``), upstream (0.2.40, ``ASCEND_SHIM_INT8=upstream``).
+``--cards 1,2,4,8``: the same step with the video split over N cards by raylight's Ulysses sequence
+parallel (raylight 1.7.2, the release that pairs with v0.30.0), counted per card. N = 1 is the
+user's run (ComfyUI alone). For N > 1 the case runs raylight's own forward as rank 0 of N: the
+ON_LOAD callback raylight's worker adds (``USPInjectRegistry.inject``) swaps in raylight's MiniMax-H3
+forward and attention, xfuser's and yunchang's groups are built by their own code on torch's fake
+process group (no peers), and the two collectives that forward calls are counted, not run:
+``all_to_all_single`` (yunchang: q, k, v from sequence-split to head-split and the output back, 4 per
+block) and ``all_gather_into_tensor`` (xfuser: the blocks' output, once). Bytes sent per card are the
+logical payload leaving it: (N-1)/N of each all-to-all input, and the whole all-gather input to each
+of the N-1 others. Each card's local attention runs as the shim runs it on the NPU (torch's SDPA,
+``TORCH_MATH``). Running raylight's forward rather than dividing the one-card account by N is what
+catches what the split adds and what it leaves whole: the text path (token refiner), the patch
+embeddings, the RoPE table, the final layer and every block's adaLN run on every card in full;
+raylight's attention runs the q/k norms apart and kitchen's ``apply_rope_split_half`` instead of
+ComfyUI's fused norm-and-RoPE; yunchang copies q, k, v and the output into and out of the
+all-to-all layout; xfuser's one-step ring casts each card's attention output to fp32 and back; the
+sequence is padded to a multiple of N. Rank 0 stands for all: the ranks differ only in which
+segments (text, video, audio) their rows cover, and the last holds the padding.
 
-    python benchmarks/real_size.py [--parts dit,vae] [--contenders shim,eager,upstream] [--json]
+The bound per step on N cards: the card's roofline bound plus its collectives over HCCS, the
+all-to-alls and the all-gather not overlapped with compute (each attention waits for its
+all-to-all). The Atlas 800T A2 connects its 8 NPUs in a full mesh, one HCCS link to each other NPU,
+so a card's N-1 peers are reached over N-1 links in parallel: time = bytes sent / ((N-1) x link
+bandwidth). The link bandwidth (``--hccs-gbps``, default 28 GB/s each way) is the standard HCCS
+bandwidth Huawei's own profiler rates an Ascend 910B (chip v4.1.0) link against
+(``HCCS_BANDWIDTH_V4_1_0 = 28`` in github.com/Ascend/msprof,
+analysis/common_func/ms_constant/number_constant.py); third parties quote 56 GB/s per link for both
+directions. A real box must measure it (CANN's ``hccl_test``, alltoall).
+
+Contenders, each a fresh interpreter (as ``sampling_step.py``): shim (kitchen 0.2.26, the one
+v0.30.0 pins, defaults), eager (0.2.26, ``ASCEND_SHIM_INT8=off``), upstream (0.2.40,
+``ASCEND_SHIM_INT8=upstream``). ``--cards`` counts the shim.
+
+    python benchmarks/real_size.py [--parts dit,vae] [--contenders shim,eager,upstream] [--cfg 1]
+                                   [--cards 1,2,4,8] [--hccs-gbps 28] [--width 864 --height 480] [--json]
 """
 
 import argparse
@@ -39,25 +73,44 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import harness  # noqa: E402
 from ascend_shim.commands import real_size_step as step  # noqa: E402  (the one table bench --real-size times)
 
-COMFYUI = "0.30.0"
+COMFYUI = harness.COMFYUI_USER  # the users' release, v0.30.0
+USER_KITCHEN = harness.COMFYUI_USER_KITCHEN  # the comfy-kitchen it pins, 0.2.26
 CASE = Path(__file__).resolve().parent / "real_size_case.py"
 CONTENDERS = {
-    "shim": dict(kitchen="0.2.27", env={}),
-    "eager": dict(kitchen="0.2.27", env={"ASCEND_SHIM_INT8": "off"}),
+    "shim": dict(kitchen=USER_KITCHEN, env={}),
+    "eager": dict(kitchen=USER_KITCHEN, env={"ASCEND_SHIM_INT8": "off"}),
     "upstream": dict(kitchen="0.2.40", env={"ASCEND_SHIM_INT8": "upstream"}),
 }
 CLASSES = step.CLASSES
 USER_STEP_SECONDS = step.USER_STEP_SECONDS
+RAYLIGHT = "1.7.2"  # the raylight release that pairs with v0.30.0 (its MiniMax-H3 forward keeps the audio slope)
+ANCHORS = (
+    "MindIE-SD, MiniMax-H3 768P 5 s on 8 cards (TP8 + USP8, sparse attention): 1.87 s per step",
+    "vllm-omni, 1344x768 --usp 8 on 8x 910B4: about 3.0 s per forward",
+    "raylight users, H3 on GPUs (komikndr/raylight#101): 1.8x on 2 cards, 3x on 4",
+)
 
 
-def run(name, part, options, workdir):
+def raylight_src():
+    """raylight's src folder: harness.raylight_dir where the harness has it, else the unpacked cache."""
+    find = getattr(harness, "raylight_dir", None)
+    tree = find(RAYLIGHT) if find else harness.CACHE / "raylight" / ("raylight-%s" % RAYLIGHT)
+    return tree / "src"
+
+
+def run(name, part, options, workdir, cards=1):
+    """One contender's count in a fresh interpreter; ``cards`` > 1: rank 0 of raylight's Ulysses split."""
     spec = CONTENDERS[name]
     schemas = harness.torch_npu_dir("2.12.0") / "registered_schemas.txt"
     args = [sys.executable, str(CASE), str(harness.comfyui_dir(COMFYUI)), "--part", part,
-            "--variant", options.variant, "--text-len", str(options.text_len), "--npu-schemas", str(schemas),
-            "--width", str(step.VIDEO["width"]), "--height", str(step.VIDEO["height"]),
-            "--length", str(step.VIDEO["length"])]
-    proc = harness.run(args, harness.bed_env("ascend-cu130", kitchen=spec["kitchen"], extra_path=(str(harness.REPO),),
+            "--variant", options.variant, "--text-len", str(options.text_len), "--cfg", str(options.cfg),
+            "--width", str(options.width), "--height", str(options.height), "--length", str(step.VIDEO["length"]),
+            "--npu-schemas", str(schemas)]
+    path = [str(harness.REPO)]
+    if cards > 1:
+        args += ["--ulysses", str(cards), "--raylight", str(raylight_src())]
+        path.append(str(raylight_src()))
+    proc = harness.run(args, harness.bed_env("ascend-cu130", kitchen=spec["kitchen"], extra_path=path,
                                              OMP_NUM_THREADS="1", **spec["env"]),
                        workdir, timeout=3600)
     return harness.last_json(proc)
@@ -136,22 +189,63 @@ def print_kit_coverage(report):
     print("| **total** | **%d / %.1f** | **%d / %.1f** |" % (totals[0], totals[1] / 1e9, totals[2], totals[3] / 1e9))
 
 
+def card_table(results, peaks, link_bandwidth):
+    """Per card and step on N cards: work, collectives sent, the bound and the predicted step."""
+    tokens = next((r.get("tokens") for r in results.values() if r.get("stage") == "done"), None)
+    print("\nPer card, one step, %s tokens (%.0f GB/s per HCCS link each way; bound = roofline + collectives, not "
+          "overlapped)" % (tokens, link_bandwidth / 1e9))
+    print("| cards | kernels | device GB | TFLOP bf16 | TOP int8 | roofline s | all-to-all GB sent | all-gather GB sent "
+          "| HCCS s | predicted s/step | speed-up | of the user's %.2f s |" % USER_STEP_SECONDS)
+    print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+    one_card = None
+    for cards, report in results.items():
+        if report.get("stage") != "done":
+            print("| %d | error: %s |" % (cards, report.get("error")))
+            continue
+        kernels, nbytes, flops, int8, bound = [sum(r[i] for r in summarise(report, peaks).values()) for i in range(5)]
+        sent = report["step"].get("collectives", {})
+        all_to_all, all_gather = (sent.get(op, (0, 0))[1] for op in ("all_to_all", "all_gather"))
+        link_seconds = (all_to_all + all_gather) / ((cards - 1) * link_bandwidth) if cards > 1 else 0.0
+        per_step = bound + link_seconds
+        one_card = one_card or (per_step if cards == 1 else None)
+        print("| %d | %d | %.0f | %.0f | %.0f | %.2f | %.2f | %.3f | %.3f | **%.2f** | %s | %.0f %% |" % (
+            cards, kernels, nbytes / 1e9, flops / 1e12, int8 / 1e12, bound, all_to_all / 1e9, all_gather / 1e9,
+            link_seconds, per_step, "%.2fx" % (one_card / per_step) if one_card else "-",
+            100 * per_step / USER_STEP_SECONDS))
+    print("anchors (other resolutions, kernels or hardware; not this count):")
+    for anchor in ANCHORS:
+        print("  " + anchor)
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--parts", default="dit,vae")
     parser.add_argument("--contenders", default=",".join(CONTENDERS))
     parser.add_argument("--variant", default="int8", choices=("int8", "bf16"))
     parser.add_argument("--text-len", type=int, default=256, help="prompt tokens (Qwen3-VL states)")
+    parser.add_argument("--width", type=int, default=step.VIDEO["width"])
+    parser.add_argument("--height", type=int, default=step.VIDEO["height"])
+    parser.add_argument("--cfg", type=int, choices=(1, 2), default=step.REAL.forwards,
+                        help="forwards per step: 1, BasicGuider as ComfyUI's and raylight's MiniMax-H3 workflows; 2, a CFG guider")
     parser.add_argument("--tflops", type=float, default=step.BF16_TFLOPS, help="FP16/BF16 cube peak, TFLOPS")
     parser.add_argument("--int8-tops", type=float, default=step.INT8_TOPS, help="INT8 cube peak, TOPS")
     parser.add_argument("--tbps", type=float, default=step.HBM_TBPS, help="HBM bandwidth, TB/s")
+    parser.add_argument("--cards", default="", help="e.g. 1,2,4,8: the DiT step per card under raylight's Ulysses "
+                        "split (degrees that divide MiniMax-H3's 56 heads: 1, 2, 4, 7, 8)")
+    parser.add_argument("--hccs-gbps", type=float, default=step.HCCS_LINK_GB_S,
+                        help="HCCS bandwidth per link and direction, GB/s")
     parser.add_argument("--json", action="store_true")
     options = parser.parse_args()
+    cards = [int(n) for n in options.cards.split(",") if n]
     peaks = (options.tflops * 1e12, options.int8_tops * 1e12, options.tbps * 1e12)
     workdir = tempfile.mkdtemp(prefix="real-size-")
     try:
         result = {part: {name: run(name, part, options, workdir) for name in options.contenders.split(",")}
-                  for part in options.parts.split(",")}
+                  for part in options.parts.split(",") if part}
+        if cards:
+            reuse = result.get("dit", {}).get("shim")
+            result["cards"] = {n: reuse if n == 1 and reuse else run("shim", "dit", options, workdir, cards=n)
+                               for n in cards}
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
     if options.json:
@@ -173,6 +267,12 @@ def main():
         title = "MiniMax-H3 video VAE decode (%s, latent %s -> %s)" % (
             any_done.get("vae_dtype"), any_done.get("latent"), any_done.get("output"))
         table(title, result["vae"], peaks, lambda bound: "for the whole decode")
+    if "cards" in result:
+        title = "MiniMax-H3 %s, one step per card, raylight %s Ulysses over N cards (1: ComfyUI alone), shim" % (
+            options.variant, RAYLIGHT)
+        table(title, {"%d card%s" % (n, "s" * (n > 1)): r for n, r in result["cards"].items()}, peaks,
+              lambda bound: "per card")
+        card_table(result["cards"], peaks, options.hccs_gbps * 1e9)
     return 0
 
 

@@ -1,10 +1,11 @@
 """One MiniMax-H3 step (or VAE decode) at the user's size on the simulated 910B, without computing it.
 
     python real_size_case.py <comfyui-dir> --part dit|vae [--variant int8|bf16] [--text-len 256]
-                             [--width 864 --height 480 --length 121]
+                             [--width 864 --height 480 --length 121] [--cfg 1|2]
+                             [--ulysses N --raylight <raylight>/src]
 
 Run by ``real_size.py`` in a fresh interpreter on the bed (``ASCEND_TESTBED=ascend-cu130``, the
-shim and a comfy-kitchen on the path). ComfyUI 0.30.0's own classes are built at the size of the
+shim and a comfy-kitchen on the path). ComfyUI's own classes (v0.30.0's) are built at the size of the
 published model (``MiniMaxH3Model``'s defaults, which ComfyUI's model detection reads back from the
 checkpoint's shapes) and loaded with ComfyUI's own loader; every large tensor carries no data:
 
@@ -18,7 +19,10 @@ checkpoint's shapes) and loaded with ComfyUI's own loader; every large tensor ca
 Every aten op reaching the bed on npu tensors and every torch_npu op call is counted with its
 device bytes (inputs read + outputs written, broadcast inputs once) and FLOPs, and attributed
 to an op class by the Python frames it was called from (the ComfyUI module or function).
-Prints one JSON object.
+
+``--ulysses N``: the DiT step as rank 0 of N cards under raylight's Ulysses split (``rank0_of_ulysses``):
+raylight's own MiniMax-H3 forward and attention, xfuser's and yunchang's own groups on torch's fake
+process group, the collectives counted (bytes this card sends) instead of run. Prints one JSON object.
 """
 
 import argparse
@@ -44,6 +48,11 @@ parser.add_argument("--width", type=int, default=864)
 parser.add_argument("--height", type=int, default=480)
 parser.add_argument("--length", type=int, default=121)
 parser.add_argument("--npu-schemas", metavar="FILE")
+parser.add_argument("--ulysses", type=int, default=0, metavar="N",
+                    help="run raylight's Ulysses forward as rank 0 of N cards (0: ComfyUI's own forward)")
+parser.add_argument("--raylight", metavar="SRC", help="raylight's src folder (with --ulysses)")
+parser.add_argument("--cfg", type=int, choices=(1, 2), default=1,
+                    help="forwards per step: 1 (BasicGuider, the MiniMax-H3 templates) or 2 (a CFG guider)")
 OPTS = parser.parse_args()
 
 sys.path.insert(0, OPTS.comfy_dir)
@@ -124,7 +133,7 @@ class DataLess(TorchDispatchMode):
 # --------------------------------------------------------------------------- accounting
 
 CLASSES = ("attention", "quantized linears", "other linears", "convolutions", "norms", "modulation",
-           "RoPE", "activation", "elementwise glue", "other")
+           "RoPE", "activation", "Ulysses glue", "elementwise glue", "other")
 # innermost frame that names the op's purpose: function name -> class
 FUNCTIONS = {
     "_mod_scale_shift": "modulation", "_mod_gate": "modulation",
@@ -134,6 +143,13 @@ FUNCTIONS = {
     "apply_input_act": "activation", "silu": "activation", "gelu": "activation",
     "group_norm": "norms", "layer_norm": "norms", "rms_norm": "norms",
     "int8_linear": "quantized linears",
+    # raylight's Ulysses forward (--ulysses): its attention wrapper reshapes as attention_pytorch does; its
+    # rope is kitchen's apply_rope_split_half written back into q and k; what Ulysses adds around each
+    # card's SDPA (yunchang's all-to-all layouts, xfuser's ring step of one, the padding and the split)
+    "_attention_xfuser_unmask": "attention", "apply_rope_split_half": "RoPE", "usp_attn_forward": "RoPE",
+    "all_to_all_4D": "Ulysses glue", "pytorch_attn_forward": "Ulysses glue", "update_out_and_lse": "Ulysses glue",
+    "xdit_ring_flash_attn_forward": "Ulysses glue", "pad_to_size": "Ulysses glue",
+    "_split_packed_sequence": "Ulysses glue",
 }
 MODULES = {"RMSNorm": "norms", "GroupNorm": "norms", "LayerNorm": "norms", "TemporalIsolatedGroupNorm": "norms",
            "AdalnProj": "modulation", "FinalLayer": "modulation", "TimeEmbedder": "other",
@@ -166,6 +182,7 @@ ACCOUNT = device_account.Account(classify=_frame_class, npu_classes=NPU_CLASSES)
 
 
 def start_counting():
+    COLLECTIVES.clear()
     torch_npu._testbed.reset()
     npu_device.reset_cpu_fallbacks()
     npu_device.reset_op_counts(enable=True)
@@ -178,7 +195,7 @@ def stop_counting():
     npu_device.reset_op_counts(enable=False)
     return {"rows": rows, "aten_ops": aten,
             "npu_ops": dict(torch_npu._testbed.calls), "fallbacks": dict(npu_device.cpu_fallbacks()),
-            "sdpa_paths": dict(torch_npu._testbed.sdpa_paths),
+            "sdpa_paths": dict(torch_npu._testbed.sdpa_paths), "collectives": {k: list(v) for k, v in COLLECTIVES.items()},
             "errors": [list(e) for e in torch_npu._testbed.errors][:5]}
 
 
@@ -201,6 +218,75 @@ def fill(shape, dtype, key=""):
 
 def comfy_quant(conf):
     return torch.tensor(list(json.dumps(conf).encode("utf-8")), dtype=torch.uint8)
+
+
+# --------------------------------------------------------------------------- raylight's Ulysses split
+
+# op -> [calls, bytes this card sends]: all_to_all_single keeps 1/N of its input and sends the rest,
+# all_gather_into_tensor sends its whole input to each of the N-1 others
+COLLECTIVES = collections.defaultdict(lambda: [0, 0])
+
+
+def _count_all_to_all(output, input, output_split_sizes=None, input_split_sizes=None, group=None, async_op=False):
+    if output_split_sizes is not None or input_split_sizes is not None or async_op:
+        raise RuntimeError("uneven or asynchronous all_to_all_single: not what yunchang's Ulysses calls")
+    cards = torch.distributed.get_world_size(group)
+    COLLECTIVES["all_to_all"][0] += 1
+    COLLECTIVES["all_to_all"][1] += device_account.nbytes(input) * (cards - 1) // cards
+
+
+def _count_all_gather(output, input, group=None, async_op=False):
+    if async_op:
+        raise RuntimeError("asynchronous all_gather_into_tensor: not what xfuser's all_gather calls")
+    COLLECTIVES["all_gather"][0] += 1
+    COLLECTIVES["all_gather"][1] += device_account.nbytes(input) * (torch.distributed.get_world_size(group) - 1)
+
+
+def _unexpected(name):
+    def refuse(*args, **kwargs):
+        raise RuntimeError("raylight's forward called torch.distributed.%s, which this count does not model" % name)
+    return refuse
+
+
+def rank0_of_ulysses(cards, raylight_src):
+    """Rank 0 of ``cards`` as raylight's worker sets it up for Ulysses degree ``cards`` (ring 1, cfg 1),
+    with torch's fake process group (no peers) and the collectives counted instead of run: returns the
+    ON_LOAD callback raylight's worker adds (``USPInjectRegistry.inject``).
+
+    Left out of raylight's own ``initialize_xfuser_parallel``: ``set_device`` and the real
+    ``init_process_group``; every group xfuser and yunchang build is a fake-backend group."""
+    import torch.distributed as dist
+    from torch.testing._internal.distributed.fake_pg import FakeStore
+
+    sys.path.insert(0, raylight_src)
+    import raylight  # noqa: F401  (raylight's own minimal xfuser: its distributed and attention files)
+    from xfuser.core.distributed import parallel_state
+
+    dist.init_process_group("fake", store=FakeStore(), rank=0, world_size=cards)
+    new_group = dist.new_group
+    dist.new_group = lambda ranks=None, **kwargs: new_group(ranks, **dict(kwargs, backend="fake"))
+    try:
+        parallel_state._WORLD = parallel_state.init_world_group(list(range(cards)), 0, "fake")
+        parallel_state.initialize_model_parallel(sequence_parallel_degree=cards, ulysses_degree=cards, ring_degree=1,
+                                                 backend="fake")
+    finally:
+        dist.new_group = new_group
+    dist.all_to_all_single = _count_all_to_all
+    dist.all_gather_into_tensor = _count_all_gather
+    for name in ("all_reduce", "all_gather", "broadcast", "reduce_scatter_tensor", "batch_isend_irecv", "barrier",
+                 "send", "recv", "isend", "irecv", "all_to_all"):
+        setattr(dist, name, _unexpected(name))
+    import raylight.distributed_modules.attention as raylight_attention
+
+    # the attention the shim gives every raylight choice on the NPU: torch's SDPA (TORCH_MATH), run by
+    # torch_npu's fused kernel; sync_ulysses as RayInitializer's default
+    raylight_attention.set_attn_type("TORCH_MATH")
+    raylight_attention.set_sync_ulysses(False)
+    from raylight.distributed_modules.usp import USPInjectRegistry
+
+    report["ulysses"] = {"cards": cards, "attention": "TORCH_MATH",
+                         "sequence_parallel_world": parallel_state.get_sequence_parallel_world_size()}
+    return USPInjectRegistry.inject
 
 
 # --------------------------------------------------------------------------- the DiT step
@@ -240,6 +326,10 @@ def run_dit():
     sd = dit_state_dict()
     patcher = comfy.sd.load_diffusion_model_state_dict(sd)
     del sd
+    if OPTS.ulysses:  # as raylight's worker: its USP forward injected when the model loads
+        import comfy.patcher_extension
+
+        patcher.add_callback(comfy.patcher_extension.CallbacksMP.ON_LOAD, USP_INJECT)
     model = patcher.model
     report["model_class"] = type(model).__name__
     report["unet_config"] = {k: v for k, v in model.model_config.unet_config.items()
@@ -260,7 +350,7 @@ def run_dit():
     shapes = [video.shape, audio.shape]
     context = torch.empty(1, OPTS.text_len, 5120, dtype=torch.bfloat16)
     conds = []
-    for which in ("positive", "negative"):  # cfg 2: ComfyUI runs the model for both, MiniMax-H3 one at a time
+    for which in ("positive", "negative")[:OPTS.cfg]:  # cfg 2: the model runs for both, MiniMax-H3 one at a time
         extra = model.extra_conds(cross_attn=context, latent_shapes=shapes, device=device, seed=0,
                                   noise=video, latent_image=video)
         conds.append({k: v.cond for k, v in extra.items()})
@@ -314,6 +404,7 @@ def run_vae():
     report["step"] = stop_counting()
 
 
+USP_INJECT = rank0_of_ulysses(OPTS.ulysses, OPTS.raylight) if OPTS.ulysses else None
 MODE = DataLess()
 import comfy.ldm.minimax.model  # noqa: E402  (imported outside the mode)
 import comfy.ldm.minimax.vae  # noqa: E402

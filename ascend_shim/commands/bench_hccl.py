@@ -206,8 +206,8 @@ def markdown(result: Dict[str, Any]) -> str:
         m["card"], m["visible_cards"], ",".join(result["cards"]), m["torch"], m["torch_npu"], m["cann"] or "unknown",
         m["driver"] or "unknown"))
     out.append("- one process per card, torch.distributed backend hccl; median of %d after %d warm-up; algbw = data / "
-               "time (HCCL's own tools), busbw = algbw x (N-1)/N; assumed: (N-1) x %g GB/s, one HCCS link per peer "
-               "(Atlas 800T A2: 7 links, 392 GB/s per card)" % (result["repeat"], result["warmup"],
+               "time (HCCL's own tools), busbw = algbw x (N-1)/N; assumed: (N-1) x %g GB/s per direction, one HCCS "
+               "link per peer (Atlas 800T A2: 7 links a card; Huawei's msprof rates a 910B link at 28 GB/s)" % (result["repeat"], result["warmup"],
                                                                result["hccs_link_gb_s"]))
     busy = [state["busy"] for state in result["card_states"].values() if state["busy"]]
     out += ["- before timing: %s" % ("BUSY: " + "; ".join(busy) if busy else "every card looked idle")]

@@ -1,8 +1,9 @@
 """The seed user's MiniMax-H3 step at its real size, as one table of shapes, calls and device work.
 
 The user's run: MiniMax-H3 INT8 at 864x480, 121 frames (15,655 packed tokens: a 256-token prompt,
-414 audio rows, 14,985 video rows), cfg 2, 20 steps in 161.81 s on one 910B3. One sampling step is
-the positive and the negative forward through 50 blocks of hidden 5376, 56 heads of 128, FFN 14336.
+414 audio rows, 14,985 video rows), ComfyUI's MiniMax-H3 text-to-video template (BasicGuider: no
+negative, cfg 1), 20 steps in 161.81 s for the whole prompt on one 910B3. One sampling step is one
+forward through 50 blocks of hidden 5376, 56 heads of 128, FFN 14336.
 
 ``bench --real-size`` times each row on the card; ``benchmarks/real_size.py`` counts the same step
 on the simulated 910B (ComfyUI 0.30.0's own model, no data) and holds its count to this table, so
@@ -17,7 +18,7 @@ Stdlib only: the benchmark imports it without torch.
 
 from typing import List, NamedTuple, Tuple
 
-USER_RUN = "MiniMax-H3 int8, 864x480, 121 frames, cfg 2: 20 steps in 161.81 s on one 910B3"
+USER_RUN = "MiniMax-H3 int8, 864x480, 121 frames, BasicGuider (cfg 1): 20 steps, the prompt in 161.81 s on one 910B3"
 USER_STEP_SECONDS = 161.81 / 20
 # the peaks the account's bound assumes: FP16/BF16 cube TFLOPS, INT8 cube TOPS, HBM TB/s
 BF16_TFLOPS, INT8_TOPS, HBM_TBPS = 313.0, 626.0, 1.6
@@ -25,17 +26,19 @@ BF16_TFLOPS, INT8_TOPS, HBM_TBPS = 313.0, 626.0, 1.6
 WEIGHTS_BYTES = 46_978_406_656
 VIDEO = {"width": 864, "height": 480, "length": 121, "text_len": 256}
 # The multi-card account's interconnect: one HCCS link, card to card, per direction. An Atlas 800T A2
-# (8 x 910B) joins its cards in a full mesh of HCCS links: 7 per card, 392 GB/s per card in Huawei's
-# Atlas 800T A2 technical specifications (quoted per link as 56 GB/s). A collective over P cards of
-# that mesh drives P - 1 links per card: its bus bandwidth (nccl-tests' busbw) is at most (P - 1) x 56.
-HCCS_LINK_GB_S = 56.0
+# (8 x 910B) joins its cards in a full mesh of HCCS links, 7 per card. Huawei's own profiler rates a
+# 910B (chip v4.1.0) link at 28 GB/s (``HCCS_BANDWIDTH_V4_1_0 = 28``, github.com/Ascend/msprof,
+# analysis/common_func/ms_constant/number_constant.py); the 56 GB/s per link (392 GB/s per card) third
+# parties quote counts both directions. A collective over P cards of that mesh drives P - 1 links per
+# card: its bus bandwidth per direction (nccl-tests' busbw) is at most (P - 1) x 28.
+HCCS_LINK_GB_S = 28.0
 HCCS_LINKS_PER_CARD = 7
 # Ulysses sequence parallel (issue 34): per block, q, k and v go head-sharded by one all-to-all each and
 # the attention output comes back by a fourth; per forward the sequence shards are gathered once
 ULYSSES_ALL_TO_ALL_PER_BLOCK = 4
 ULYSSES_ALL_GATHER_PER_FORWARD = 1
 CLASSES = ("attention", "quantized linears", "other linears", "convolutions", "norms", "modulation",
-           "RoPE", "activation", "elementwise glue", "other")
+           "RoPE", "activation", "Ulysses glue", "elementwise glue", "other")
 BF16, FP32 = 2, 4  # bytes per element
 
 
@@ -51,7 +54,7 @@ class Dims(NamedTuple):
     time_dim: int   # the adaLN projection's input width
     time_rows: int  # distinct timesteps a forward modulates with (video's, audio's)
     blocks: int
-    forwards: int   # per sampling step: cfg 2 runs the positive and the negative forward
+    forwards: int   # per sampling step: 1 (BasicGuider); a CFG guider runs the positive and the negative
 
     @property
     def tokens(self) -> int:
@@ -67,10 +70,10 @@ class Dims(NamedTuple):
 
 
 REAL = Dims(text=256, audio=414, video=14985, hidden=5376, heads=56, head_dim=128, ffn=14336, rot_dim=96,
-            time_dim=2688, time_rows=2, blocks=50, forwards=2)
+            time_dim=2688, time_rows=2, blocks=50, forwards=1)
 # the same rows at a size a host CPU computes in moments: a check that the kit runs, no figures
 TINY = Dims(text=8, audio=8, video=48, hidden=256, heads=2, head_dim=128, ffn=512, rot_dim=96,
-            time_dim=64, time_rows=2, blocks=50, forwards=2)
+            time_dim=64, time_rows=2, blocks=50, forwards=1)
 
 
 class Kernel(NamedTuple):
