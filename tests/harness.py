@@ -205,6 +205,37 @@ def _verified(archive):
     return True
 
 
+def _unpacked(root, name, marker, fetch=None):
+    """``root/name``, unpacked once from ``<name>.tar.xz`` in ``comfyui_sources()`` (failing that,
+    ``fetch(folder)`` puts the tree in ``folder/name``); ``marker`` is a file every finished tree
+    holds. A parallel worker may unpack the same tree: the rename is atomic, the loser's is dropped."""
+    tree = root / name
+    if (tree / marker).exists():
+        return tree
+    root.mkdir(parents=True, exist_ok=True)
+    partial = root / (".partial-%s-%d" % (name, os.getpid()))
+    shutil.rmtree(partial, ignore_errors=True)
+    partial.mkdir()
+    for folder in comfyui_sources():
+        archive = folder / ("%s.tar.xz" % name)
+        if archive.exists():
+            if not _verified(archive):
+                raise AssertionError("%s does not match its SHA256SUMS" % archive)
+            run(["tar", "-xJf", str(archive), "-C", str(partial)], scrubbed_env(), REPO, check=True)
+            break
+    else:
+        if fetch is None:
+            raise AssertionError("%s.tar.xz is in none of %s" % (name, comfyui_sources()))
+        fetch(partial)
+    try:
+        os.replace(partial / name, tree)
+    except OSError:
+        if not (tree / marker).exists():
+            raise
+    shutil.rmtree(partial, ignore_errors=True)
+    return tree
+
+
 def comfyui_dir(version):
     """A real ComfyUI source tree at ``version``, unpacked once into ``.cache/comfyui``.
 
@@ -212,35 +243,16 @@ def comfyui_dir(version):
     clone of the pinned upstream commit. The tree is a test input: it is
     never copied into the project.
     """
-    root = CACHE / "comfyui"
-    tree = root / ("ComfyUI-%s" % version)
-    if (tree / "comfy" / "model_management.py").exists():
-        return tree
-    root.mkdir(parents=True, exist_ok=True)
-    partial = root / (".partial-%s-%d" % (version, os.getpid()))
-    shutil.rmtree(partial, ignore_errors=True)
-    partial.mkdir()
-    for folder in comfyui_sources():
-        archive = folder / ("ComfyUI-%s.tar.xz" % version)
-        if archive.exists():
-            if not _verified(archive):
-                raise AssertionError("%s does not match its SHA256SUMS" % archive)
-            run(["tar", "-xJf", str(archive), "-C", str(partial)], scrubbed_env(), REPO, check=True)
-            break
-    else:
-        commit = COMFYUI_RELEASES[version]
-        clone = partial / tree.name
-        run(["git", "init", "-q", str(clone)], scrubbed_env(), REPO, check=True)
-        run(["git", "-C", str(clone), "fetch", "-q", "--depth", "1", COMFYUI_GIT, commit],
+    name = "ComfyUI-%s" % version
+
+    def clone(folder):
+        target = folder / name
+        run(["git", "init", "-q", str(target)], scrubbed_env(), REPO, check=True)
+        run(["git", "-C", str(target), "fetch", "-q", "--depth", "1", COMFYUI_GIT, COMFYUI_RELEASES[version]],
             scrubbed_env(), REPO, check=True, timeout=900)
-        run(["git", "-C", str(clone), "checkout", "-q", "FETCH_HEAD"], scrubbed_env(), REPO, check=True)
-    try:
-        os.replace(partial / tree.name, tree)  # atomic: a parallel worker may have won
-    except OSError:
-        if not (tree / "comfy" / "model_management.py").exists():
-            raise
-    shutil.rmtree(partial, ignore_errors=True)
-    return tree
+        run(["git", "-C", str(target), "checkout", "-q", "FETCH_HEAD"], scrubbed_env(), REPO, check=True)
+
+    return _unpacked(CACHE / "comfyui", name, Path("comfy") / "model_management.py", clone)
 
 
 # raylight (komikndr/raylight: Ray + xDiT sequence parallel, a ComfyUI custom node), each release
@@ -251,30 +263,7 @@ RAYLIGHT_RELEASES = {"1.7.2": "v0.30.0", "1.9.0": "v0.33.0"}
 def raylight_dir(version):
     """raylight ``version``'s custom-node folder, unpacked once into ``.cache/raylight`` from
     ``raylight-<version>.tar.xz`` beside the ComfyUI archives (a test input, never copied)."""
-    root = CACHE / "raylight"
-    tree = root / ("raylight-%s" % version)
-    if (tree / "src" / "raylight" / "nodes.py").exists():
-        return tree
-    root.mkdir(parents=True, exist_ok=True)
-    partial = root / (".partial-%s-%d" % (version, os.getpid()))
-    shutil.rmtree(partial, ignore_errors=True)
-    partial.mkdir()
-    for folder in comfyui_sources():
-        archive = folder / ("raylight-%s.tar.xz" % version)
-        if archive.exists():
-            if not _verified(archive):
-                raise AssertionError("%s does not match its SHA256SUMS" % archive)
-            run(["tar", "-xJf", str(archive), "-C", str(partial)], scrubbed_env(), REPO, check=True)
-            break
-    else:
-        raise AssertionError("raylight-%s.tar.xz is in none of %s" % (version, comfyui_sources()))
-    try:
-        os.replace(partial / tree.name, tree)  # atomic: a parallel worker may have won
-    except OSError:
-        if not (tree / "src" / "raylight" / "nodes.py").exists():
-            raise
-    shutil.rmtree(partial, ignore_errors=True)
-    return tree
+    return _unpacked(CACHE / "raylight", "raylight-%s" % version, Path("src") / "raylight" / "nodes.py")
 
 
 def free_port():

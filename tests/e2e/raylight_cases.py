@@ -90,6 +90,7 @@ import nodes  # noqa: E402
 import safetensors.torch  # noqa: E402
 
 import tiny_models as models  # noqa: E402  (beside this script)
+from tiny_models import flat  # noqa: E402
 import tiny_vaes as vaes  # noqa: E402
 
 report["device"] = str(mm.get_torch_device())
@@ -130,14 +131,6 @@ INIT = dict(ray_cluster_address="local", ray_cluster_namespace="default", GPU=2,
             ulysses_degree=2, ring_degree=1, cfg_degree=1, dp_degree=1, sync_ulysses=False,
             clear_vram_after_sampling=False, FSDP=False, FSDP_CPU_OFFLOAD=False, XFuser_attention="TORCH_FLASH",
             skip_comm_test=False, use_mmap=False)
-
-
-def flat(t):
-    if getattr(t, "is_nested", False):
-        t = t.unbind()
-    if isinstance(t, (list, tuple)):
-        return torch.cat([flat(x) for x in t])
-    return t.detach().float().cpu().flatten()
 
 
 def worker_view(actor):

@@ -56,30 +56,31 @@ def run_cases(bed_python, folder, pair, cards, cases, **options):
     return report
 
 
+def run_in(tmp_path_factory, bed_python, name, *args, **options):
+    folder = tmp_path_factory.mktemp(name)
+    report = run_cases(bed_python, folder, *args, **options)
+    report["folder"] = folder
+    return report
+
+
 @pytest.fixture(scope="module")
 def users_minimax(bed_python, tmp_path_factory):
     """The users' pair on a 4-card box: MiniMax-H3 int8 on 2 and on 4 cards, and the bad inputs."""
-    folder = tmp_path_factory.mktemp("raylight-users")
-    report = run_cases(bed_python, folder, USERS, 4, ["reference", "ray4", "ring", "too_many", "heads", "gpu_cluster",
-                                                      "ray2", "dead_worker"], arch="minimax", variant="int8")
-    report["folder"] = folder
-    return report
+    return run_in(tmp_path_factory, bed_python, "raylight-users", USERS, 4,
+                  ["reference", "ray4", "ring", "too_many", "heads", "gpu_cluster", "ray2", "dead_worker"],
+                  arch="minimax", variant="int8")
 
 
 @pytest.fixture(scope="module")
 def newest_minimax(bed_python, tmp_path_factory):
-    folder = tmp_path_factory.mktemp("raylight-newest")
-    report = run_cases(bed_python, folder, NEWEST, 2, ["reference", "ray2"], arch="minimax", variant="int8")
-    report["folder"] = folder
-    return report
+    return run_in(tmp_path_factory, bed_python, "raylight-newest", NEWEST, 2, ["reference", "ray2"],
+                  arch="minimax", variant="int8")
 
 
 @pytest.fixture(scope="module")
 def users_wan(bed_python, tmp_path_factory):
-    folder = tmp_path_factory.mktemp("raylight-wan")
-    report = run_cases(bed_python, folder, USERS, 2, ["reference", "ray2"], arch="wan", variant="int8")
-    report["folder"] = folder
-    return report
+    return run_in(tmp_path_factory, bed_python, "raylight-wan", USERS, 2, ["reference", "ray2"],
+                  arch="wan", variant="int8")
 
 
 def compare(report, cards):

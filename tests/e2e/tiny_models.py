@@ -28,6 +28,15 @@ import torch
 MOD_SCALE = 0.01
 
 
+def flat(t) -> torch.Tensor:
+    """One CPU fp32 vector of a latent: a tensor, a nested tensor (MiniMax-H3's video + audio) or a list."""
+    if getattr(t, "is_nested", False):
+        t = t.unbind()
+    if isinstance(t, (list, tuple)):
+        return torch.cat([flat(x) for x in t])
+    return t.detach().float().cpu().flatten()
+
+
 def _comfy_quant(conf: dict) -> torch.Tensor:
     return torch.tensor(list(json.dumps(conf).encode("utf-8")), dtype=torch.uint8)
 
