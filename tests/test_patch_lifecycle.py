@@ -40,13 +40,19 @@ NPU_BRANCH = ('        elif is_ascend_npu():\n'
 BEFORE_BF16_NPU = harness.comfyui_versions_with("ascend", without=("bf16_npu",))[-1]
 BEFORE_DISABLE_MMAP = harness.comfyui_versions_with("ascend", without=("disable_mmap",))[-1]
 
+# the raylight release that pairs with the newest ComfyUI: its package is imported from its src/
+RAYLIGHT = "1.9.0"
 # where the bed gives a patch what its guard needs (default: the newest release on the 910B box)
 SETTINGS = {
     "bf16_legacy": {"version": BEFORE_BF16_NPU},  # should_use_bf16 without its NPU branch (< v0.3.15)
     "device_list": {"version": NO_NPU_BRANCH},
     "alloc_conf_withdraw": {"machine": "ascend-cpu", "env": {"TESTBED_NPU_COUNT": "0"}},
     "audit": {"env": {"ASCEND_SHIM_AUDIT": "1"}},  # opt-in: off, it stays out of execution
+    # a launcher named card 1 first: ACL gets 0,1 and ComfyUI's card is npu:1
+    "default_card": {"env": {"TESTBED_NPU_COUNT": "2", "CUDA_VISIBLE_DEVICES": "1,0"}},
 }
+# raylight (and yunchang, which it imports) as a Ray worker imports it: its src/ on the path
+DISTRIBUTED = ("raylight", "yunchang")
 EXTRA_CASES = (("mmap", {"version": BEFORE_DISABLE_MMAP}),)  # the load_torch_file wrap before v0.3.45
 
 CANNOT_REIMPORT = {
@@ -64,6 +70,10 @@ NO_RELEASE_HAS = {"int8_compute": "supports_int8_compute is newer than every rel
 # targets whose real import chain reaches torchvision and torchaudio, which have no build for
 # the tested torch here: stood in for (testbed.absent_packages: importable, failing on use)
 MEDIA_TARGETS = ("comfy.sd", "execution")
+
+
+def needs_media(patch):
+    return patch.target in MEDIA_TARGETS or patch.target.partition(".")[0] in DISTRIBUTED
 
 
 SCRIPT = r'''
@@ -223,10 +233,13 @@ def lifecycle(bed_python, tmp_path_factory):
             if disable:
                 env["ASCEND_SHIM_DISABLE"] = disable
             comfy = shape_dir(settings.get("version", NEWEST))
+            extra = ()
+            if patch.target.partition(".")[0] in DISTRIBUTED:
+                extra = (harness.raylight_dir(RAYLIGHT) / "src",)
             proc = harness.run(
                 [str(bed_python), str(script), patch.name, phase, ",".join(imports_for(patch)),
-                 *(["stand-ins"] if patch.target in MEDIA_TARGETS else [])],
-                harness.bed_env(settings.get("machine", "ascend-cu130"), comfy, KITCHEN, **env),
+                 *(["stand-ins"] if needs_media(patch) else [])],
+                harness.bed_env(settings.get("machine", "ascend-cu130"), comfy, KITCHEN, extra_path=extra, **env),
                 folder, timeout=300)
             cache[key] = harness.last_json(proc)
         return cache[key]
@@ -265,6 +278,12 @@ def version_on_the_bed(patch, settings):
         return KITCHEN
     if top == "torch_npu":
         return BED_TORCH_NPU_VERSION
+    if top == "raylight":
+        return RAYLIGHT
+    if top == "yunchang":
+        from importlib.metadata import version
+
+        return version("yunchang")
     version = settings.get("version", NEWEST)
     source = harness.comfyui_dir(NEWEST if version == NO_NPU_BRANCH else version) / "comfyui_version.py"
     return re.search(r'__version__ = "([^"]+)"', source.read_text()).group(1)
