@@ -15,6 +15,7 @@ and runs the cases asked for, in order:
               and its HCCL self-test) -> RayUNETLoader -> XFuserKSamplerAdvanced, the latent saved
               as ``rayN.pt``, then (MiniMax-H3) the video VAE decodes it here (VAEDecode); each
               worker reports its card, its ops and collectives (the bed's counters), then RayKill
+  rayN@a+b    the same through RayInitializerAdvanced with GPU_SELECT "a,b" (the cards to use)
   ring        RayInitializer with ring_degree 2: refused before anything starts
   heads       Ulysses degree 3, which does not divide the model's heads: one clear error, RayKill
   too_many    twice as many workers as cards: raylight's own refusal, counted on the NPUs
@@ -23,9 +24,9 @@ and runs the cases asked for, in order:
   dead_worker right after ``ray2`` (its workers, its model loaded): one worker killed, the sampler's
               error, ComfyUI lives on, RayKill frees the cards
 
-Ray runs with the test's RAY_OVERRIDE_RESOURCES (the bed has no /dev/davinci* for Ray to
-count); Ray gives each worker one card in ASCEND_RT_VISIBLE_DEVICES, which the bed's
-torch_npu reads. Prints one JSON object; the assertions live in test_raylight.py.
+Ray counts the cards with CANN's ``acl`` module (the bed's fake one reads
+ASCEND_RT_VISIBLE_DEVICES as ACL does) and gives each worker one card in
+ASCEND_RT_VISIBLE_DEVICES, which the bed's torch_npu reads. Prints one JSON object; the assertions live in test_raylight.py.
 """
 
 import argparse
@@ -107,7 +108,7 @@ if not loaded:
     emit()
     sys.exit(0)
 RAY = {name: nodes.NODE_CLASS_MAPPINGS[name] for name in
-       ("RayInitializer", "RayUNETLoader", "XFuserKSamplerAdvanced", "RayKill")}
+       ("RayInitializer", "RayInitializerAdvanced", "RayUNETLoader", "XFuserKSamplerAdvanced", "RayKill")}
 
 
 def shim_rows(prefix=("raylight", "yunchang")):
@@ -210,8 +211,12 @@ def case_reference(out):
     mm.unload_all_models()
 
 
-def case_ray(out, cards):
-    (init,) = RAY["RayInitializer"]().spawn_actor(**dict(INIT, GPU=cards, ulysses_degree=cards))
+def case_ray(out, cards, select=None):
+    if select:
+        (init,) = RAY["RayInitializerAdvanced"]().spawn_actor(**dict(INIT, GPU=cards, ulysses_degree=cards,
+                                                                     GPU_SELECT=select))
+    else:
+        (init,) = RAY["RayInitializer"]().spawn_actor(**dict(INIT, GPU=cards, ulysses_degree=cards))
     out["stage"] = "initialized"
     (actors,) = RAY["RayUNETLoader"]().load_ray_unet(ray_actors_init=init, unet_name=UNET, weight_dtype="default")
     workers = actors["workers"]
@@ -261,11 +266,14 @@ def case_too_many(out):
 
 def case_gpu_cluster(out):
     given = os.environ.get("RAY_OVERRIDE_RESOURCES")
-    os.environ["RAY_OVERRIDE_RESOURCES"] = json.dumps({"CPU": 8, "GPU": OPTS.cards})
+    os.environ["RAY_OVERRIDE_RESOURCES"] = json.dumps({"CPU": 8, "GPU": OPTS.cards, "NPU": 0})
     try:
         RAY["RayInitializer"]().spawn_actor(**dict(INIT, skip_comm_test=True))
     finally:
-        os.environ["RAY_OVERRIDE_RESOURCES"] = given
+        if given is None:
+            os.environ.pop("RAY_OVERRIDE_RESOURCES", None)
+        else:
+            os.environ["RAY_OVERRIDE_RESOURCES"] = given
         import ray
 
         ray.shutdown()
@@ -287,8 +295,9 @@ for name in CASES:
     entry = report["cases"][name] = {}
     started = time.monotonic()
     try:
-        if name.startswith("ray") and name[3:].isdigit():
-            case_ray(entry, int(name[3:]))
+        if name.startswith("ray") and name[3:].partition("@")[0].isdigit():
+            count, _, select = name[3:].partition("@")
+            case_ray(entry, int(count), select.replace("+", ","))
         else:
             globals()["case_" + name](entry)
         entry["result"] = "ok"

@@ -66,24 +66,12 @@ except _npu_registry.RegistryMissing as _missing:
 
 
 def _visible_cards() -> list:
-    """The physical cards ACL lets this process see (CANN's envref ASCEND_RT_VISIBLE_DEVICES,
-    8.0 through 9.1): comma-separated IDs, "ascending order only"; reading stops at the first
-    entry that is not a digit string or names no card ("1,3,8" on 8 cards: 1 and 3). What ACL
-    does with an ID out of order is not documented beyond "only ascending is supported": the
-    bed refuses it as it refuses an invalid ID, reading stops there ("3,1": card 3 alone), so
-    a value out of order never shows every card it names. A repeated ID is out of order too."""
-    count = int(_os.environ.get("TESTBED_NPU_COUNT", "1"))
-    visible = _os.environ.get("ASCEND_RT_VISIBLE_DEVICES")
-    if visible is None:
-        return list(range(count))
-    cards: list = []
-    for entry in visible.split(","):
-        if not (entry.isascii() and entry.isdigit()) or int(entry) >= count:
-            break
-        if cards and int(entry) <= cards[-1]:
-            break
-        cards.append(int(entry))
-    return cards
+    """The physical cards ACL lets this process see (testbed/acl_visibility.py: CANN's envref
+    ASCEND_RT_VISIBLE_DEVICES, ascending ids only, reading stops at an id out of order or one the
+    box lacks)."""
+    from testbed import acl_visibility
+
+    return acl_visibility.visible_cards()
 
 
 _FLOAT8_SOCS = ("Ascend950",)  # Atlas A2 (910B) and A3 (910_93) hold no float8
