@@ -87,7 +87,33 @@ def test_the_predicted_step_and_the_pinned_copy_are_their_arithmetic():
     assert rates["all_gather"]["algbw_gb_s"] == pytest.approx(200) and rates["all_gather"]["assumed_busbw_gb_s"] == 84
 
 
-@pytest.mark.parametrize("args", [["--real-size", "--m", "16"], ["--tiny"], ["--real-size", "--hccl"]])
+def test_the_step_on_n_cards_is_each_cards_share_plus_the_collectives_measured():
+    """bench --hccl --step-seconds: one card's step scaled by the account's per-card bound on N cards,
+    plus the Ulysses collectives measured on N cards; never on the bed, never at tiny shapes."""
+    def run_(cards, a2a_s, gather_s):
+        return {"cards": cards, "all_to_all": {"step_s": a2a_s}, "all_gather": {"step_s": gather_s}}
+
+    real = {"simulated": False, "tiny": False,
+            "runs": [run_(2, 0.2, 0.01), run_(4, 0.1, 0.01), run_(8, 0.05, 0.01),
+                     {"cards": 3, "skipped": "3 cards asked, 2 visible"}]}
+    rows = bench_hccl.predictions(real, 2.6)
+    assert [r["cards"] for r in rows] == [2, 4, 8]
+    shares = {n: step.PER_CARD_BOUND_S[n] / step.PER_CARD_BOUND_S[1] for n in (2, 4, 8)}
+    for row, collectives in zip(rows, (0.21, 0.11, 0.06)):
+        assert row["compute_s"] == pytest.approx(2.6 * shares[row["cards"]])
+        assert row["step_s"] == pytest.approx(row["compute_s"] + collectives)
+        assert row["speedup"] == pytest.approx(2.6 / row["step_s"])
+    assert bench_hccl.predictions(dict(real, simulated=True), 2.6) == []
+    assert bench_hccl.predictions(dict(real, tiny=True), 2.6) == []
+    assert bench_hccl.predictions(real, None) == []
+    text = "\n".join(bench_hccl.prediction_lines(dict(real, step_seconds=2.6, predictions=rows)))
+    assert "| 2 | %.3f | 0.210 | **%.3f** |" % (rows[0]["compute_s"], rows[0]["step_s"]) in text
+    assert bench_hccl.prediction_lines(dict(real, simulated=True, step_seconds=2.6)) == [
+        "", "Predicted step on N cards: not computed (simulated: no time here is a 910B's)."]
+
+
+@pytest.mark.parametrize("args", [["--real-size", "--m", "16"], ["--tiny"], ["--real-size", "--hccl"],
+                                  ["--step-seconds", "2.5"], ["--real-size", "--step-seconds", "2.5"]])
 def test_kit_options_that_do_not_go_together_are_usage_errors(args, capsys):
     assert cli.main(["bench", *args]) == cli.USAGE
     assert "one at a time" in capsys.readouterr().err
@@ -236,7 +262,7 @@ def test_on_a_card_the_block_predicts_the_step_and_the_pinned_copys_saving():
 
 
 def test_hccl_on_two_simulated_cards_one_process_each(tmp_path):
-    proc = kit(["--hccl", "2", "--json"], tmp_path, TESTBED_NPU_COUNT="2")
+    proc = kit(["--hccl", "2", "--step-seconds", "2.5", "--json"], tmp_path, TESTBED_NPU_COUNT="2")
     assert proc.returncode == 0, proc.stderr
     result = json.loads(proc.stdout)
     assert result["simulated"] is True and result["cards"] == ["0", "1"]
@@ -247,6 +273,7 @@ def test_hccl_on_two_simulated_cards_one_process_each(tmp_path):
     assert a2a["bytes"] == 32 * 2 * 128 * 2 and gather["bytes"] == 64 * 256 * 2
     assert a2a["simulated_seconds"] > 0 and "seconds" not in a2a and "step_s" not in a2a
     assert a2a["assumed_busbw_gb_s"] == 28.0 and a2a["calls_per_step"] == 200 and gather["calls_per_step"] == 1
+    assert result["step_seconds"] == 2.5 and result["predictions"] == []  # the bed predicts no step
     assert a2a["simulated_busbw_gb_s"] == pytest.approx(a2a["simulated_algbw_gb_s"] / 2)
 
 

@@ -356,11 +356,15 @@ def main(options: Any) -> int:
     kit = [flag for flag, value in (("--real-size", getattr(options, "real_size", None)),
                                     ("--hccl", getattr(options, "hccl", None))) if value is not None]
     misplaced = [flag for flag, given in (("--m", options.m is not None),
-                                          ("--tiny", getattr(options, "tiny", False))) if given]
-    if len(kit) > 1 or (kit and "--m" in misplaced) or (not kit and "--tiny" in misplaced):
+                                          ("--tiny", getattr(options, "tiny", False)),
+                                          ("--step-seconds", getattr(options, "step_seconds", None) is not None))
+                 if given]
+    if len(kit) > 1 or (kit and "--m" in misplaced) or (not kit and "--tiny" in misplaced) or \
+            ("--step-seconds" in misplaced and kit != ["--hccl"]):
         from ascend_shim.startup import output as _output
 
-        _output.write("bench: %s: give --real-size or --hccl (either with --tiny), or --m, one at a time"
+        _output.write("bench: %s: give --real-size or --hccl (either with --tiny; --step-seconds with --hccl), "
+                      "or --m, one at a time"
                       % " with ".join(kit + misplaced))
         return USAGE
     if kit == ["--real-size"]:

@@ -156,6 +156,8 @@ def run(options: Any) -> int:
             result["runs"].append(entry)
     except KeyboardInterrupt:
         result["interrupted"] = True
+    result["step_seconds"] = getattr(options, "step_seconds", None)
+    result["predictions"] = predictions(result, result["step_seconds"])
     bench._progress("done" if not result["interrupted"] else "interrupted: printing what was measured")
     if options.json:
         _json_report.emit(as_json(result))
@@ -164,6 +166,42 @@ def run(options: Any) -> int:
     if result["interrupted"]:
         return 130
     return 0 if any("skipped" not in r for r in result["runs"]) else PROBLEM
+
+
+def predictions(result: Dict[str, Any], one_card_s: Optional[float]) -> List[Dict[str, Any]]:
+    """The step on N cards from one card's: each card's share of it (the account's per-card bound on N
+    cards over one card's) plus the collectives measured on N cards, not overlapped with compute."""
+    if one_card_s is None or result["simulated"] or result["tiny"]:
+        return []
+    out = []
+    for run_ in result["runs"]:
+        share = step.PER_CARD_BOUND_S.get(run_["cards"])
+        if "skipped" in run_ or share is None:
+            continue
+        compute = one_card_s * share / step.PER_CARD_BOUND_S[1]
+        collectives = run_["all_to_all"]["step_s"] + run_["all_gather"]["step_s"]
+        out.append({"cards": run_["cards"], "compute_s": compute, "collectives_s": collectives,
+                    "step_s": compute + collectives, "speedup": one_card_s / (compute + collectives)})
+    return out
+
+
+def prediction_lines(result: Dict[str, Any]) -> List[str]:
+    one_card = result.get("step_seconds")
+    if one_card is None:
+        return []
+    if result["simulated"] or result["tiny"]:
+        return ["", "Predicted step on N cards: not computed (%s: no time here is a 910B's)."
+                % ("simulated" if result["simulated"] else "tiny shapes")]
+    rows = result.get("predictions") or []
+    out = ["", "Predicted step on N cards from one card's %.3f s: each card's share (the account's per-card bound, "
+           "ascend_shim/commands/real_size_step.py) plus the collectives above, not overlapped:" % one_card, "",
+           "| cards | each card's share s | collectives s | **predicted s/step** | speed-up | the user's 8.09 s on one |",
+           "|---:|---:|---:|---:|---:|---:|"]
+    for row in rows:
+        out.append("| %d | %.3f | %.3f | **%.3f** | %.2fx | %.2fx |" % (
+            row["cards"], row["compute_s"], row["collectives_s"], row["step_s"], row["speedup"],
+            step.USER_STEP_SECONDS / row["step_s"]))
+    return out
 
 
 def busy_cards(torch: Any, count: int) -> Dict[str, Any]:
@@ -224,6 +262,7 @@ def markdown(result: Dict[str, Any]) -> str:
                 r["seconds"] * 1e3, " (simulated)" if sim else "", _rate(r["algbw_gb_s"], sim),
                 _rate(r["busbw_gb_s"], sim), r["assumed_busbw_gb_s"], r["calls_per_step"],
                 "" if sim or result["tiny"] else "%.3f" % r["step_s"]))
+    out += prediction_lines(result)
     if result["interrupted"]:
         out += ["", "**Interrupted (Ctrl-C)** after %d card counts: the rest was not measured." % len(result["runs"])]
     out += ["", "<details><summary>JSON</summary>", "", "```json", _json_report.dumps(as_json(result)), "```", "",

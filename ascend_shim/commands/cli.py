@@ -30,6 +30,16 @@ def positive_int(text: str) -> int:
     return _bounded_int(text, 1, "a whole number >= 1")
 
 
+def positive_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError("%r is not a number" % text) from None
+    if not value > 0:
+        raise argparse.ArgumentTypeError("%r is not a number > 0" % text)
+    return value
+
+
 def non_negative_int(text: str) -> int:
     return _bounded_int(text, 0, "a whole number >= 0")
 
@@ -143,6 +153,10 @@ def build_parser() -> argparse.ArgumentParser:
     kit.add_argument("--hccl", type=card_counts, nargs="?", const=[2, 4, 8], default=None, metavar="N[,N...]",
                      help="HCCL all-to-all and all-gather of the Ulysses tensors on N cards, one process "
                           "per card (default 2,4,8, as many as are visible)")
+    kit.add_argument("--step-seconds", type=positive_float, default=None, metavar="S",
+                     help="with --hccl: one card's seconds per MiniMax-H3 step (bench --real-size's "
+                          "predicted step, or what ComfyUI takes per step on one card): predicts the step "
+                          "on N cards, each card's share of it plus the collectives measured")
     bench.set_defaults(func=cmd_bench)
     # `status --version` works as well as `--version` before the command
     for command in (status, doctor, selftest, bench):

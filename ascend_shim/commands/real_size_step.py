@@ -33,6 +33,12 @@ VIDEO = {"width": 864, "height": 480, "length": 121, "text_len": 256}
 # card: its bus bandwidth per direction (nccl-tests' busbw) is at most (P - 1) x 28.
 HCCS_LINK_GB_S = 28.0
 HCCS_LINKS_PER_CARD = 7
+# The account's roofline bound per card and step on N cards under raylight's Ulysses split
+# (benchmarks/real_size.py --cards 1,2,4,8 on v0.30.0, shim, one forward per step; 2026-12-04): the
+# share of one card's step each card keeps, replicated parts (text path, embeddings, adaLN, final
+# layer) and the split's own glue included. ``bench --hccl --step-seconds`` scales a measured
+# one-card step by it.
+PER_CARD_BOUND_S = {1: 2.43, 2: 1.30, 4: 0.66, 8: 0.34}
 # Ulysses sequence parallel (issue 34): per block, q, k and v go head-sharded by one all-to-all each and
 # the attention output comes back by a fourth; per forward the sequence shards are gathered once
 ULYSSES_ALL_TO_ALL_PER_BLOCK = 4
