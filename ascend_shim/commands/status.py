@@ -136,6 +136,9 @@ def _shown(row, modules, context):
     failed = [name for name in waiting if name in context["failed"]]
     if failed:
         return "pending", "%s failed to import (see above)" % ", ".join(failed)
+    packages = {name.partition(".")[0] for name in waiting}
+    if waiting and len(packages) == 1 and "." in waiting[0] and not packages & set(sys.modules):
+        return "pending", "%s is not loaded in this process (waits for %s)" % (packages.pop(), ", ".join(waiting))
     if waiting:
         return "pending", "waiting for %s to be imported" % ", ".join(waiting)
     before = [name for name in row.get("after", ()) if context["states"].get(name) == "pending"]
@@ -148,8 +151,16 @@ def _fit(text, width):
     return text if len(text) <= width else text[:max(width - 3, 0)] + "..."
 
 
+TARGET_WIDTH = 30  # raylight's module paths are long: the detail keeps the room
+
+
+def _tail(text, width):
+    return text if len(text) <= width else "..." + text[-(width - 3):]
+
+
 def table(rows):
-    rows = [dict(row, state=row.get("shown_state", row["state"])) for row in rows]
+    rows = [dict(row, state=row.get("shown_state", row["state"]), target=_tail(row["target"], TARGET_WIDTH))
+            for row in rows]
     widths = [max([len(c)] + [len(str(r[c])) for r in rows]) for c in COLUMNS[:-1]]
     detail_width = WIDTH - sum(widths) - 2 * len(widths)
     lines = ["  ".join(c.ljust(w) for c, w in zip(COLUMNS, widths + [0])).rstrip()]
