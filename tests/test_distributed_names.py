@@ -53,9 +53,9 @@ ON_THE_BED = r"""
 import json, sys
 import torch
 import torch_npu
-from ascend_shim.distributed.cuda_names import NpuDevice, TorchOnNpu, npu_device
+from ascend_shim.distributed.cuda_names import NpuDevice, npu_device, torch_on_npu
 
-names = TorchOnNpu(torch)
+names = torch_on_npu(torch)
 out = {
     "device_count": names.cuda.device_count(), "is_available": names.cuda.is_available(),
     "capability": list(names.cuda.get_device_capability()),

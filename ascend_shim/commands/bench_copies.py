@@ -17,6 +17,8 @@ import mmap
 import time
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
+from ascend_shim.commands import interrupt
+
 GIB = 1024 ** 3
 MIB = 1024 ** 2
 SIZES = (1 * GIB, 4 * GIB)
@@ -153,6 +155,8 @@ def time_copies(torch: Any, device: Any, sizes: Tuple[int, ...], repeat: int, sy
                 except NotTimed as why:
                     reason = str(why)
                 except Exception as exc:
+                    if interrupt.seen():
+                        raise KeyboardInterrupt from exc  # Ctrl-C surfaced from inside an op
                     first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
                     reason = ("out of memory: %s" % first[:160] if is_out_of_memory(exc)
                               else "failed: %s: %s" % (type(exc).__name__, first[:160]))

@@ -12,6 +12,7 @@ the card has free; a row that does not fit, or runs out of memory, says so and t
 import math
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
+from ascend_shim.commands import interrupt
 from ascend_shim.commands import real_size_step as step
 
 EPS = 1e-5
@@ -176,6 +177,8 @@ def time_rows(torch: Any, device: Any, ops: Any, d: step.Dims, median_ms: Callab
         except NotTimed as reason:
             entry["skipped"] = str(reason)
         except Exception as exc:
+            if interrupt.seen():
+                raise KeyboardInterrupt from exc  # Ctrl-C surfaced from inside an op
             first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
             entry["skipped"] = ("out of memory at this size: %s" % first[:160] if is_out_of_memory(exc)
                                 else "failed: %s: %s" % (type(exc).__name__, first[:160]))

@@ -13,7 +13,7 @@ tiny, and no time is presented as a card's; ``--tiny`` gives the tiny shapes any
 
 from typing import Any, Dict, List, Optional
 
-from ascend_shim.commands import bench, bench_copies, bench_step, calibration_report, card_facts
+from ascend_shim.commands import bench, bench_copies, bench_step, calibration_report, card_facts, interrupt
 from ascend_shim.commands import json_report as _json_report
 from ascend_shim.commands import real_size_step as step
 
@@ -75,13 +75,8 @@ def run(options: Any) -> int:
         return bench._median_ms(function, sync, warmup, repeat)
 
     try:
-        if "step" in sections:
-            bench_step.time_rows(torch, device, ops, dims, median_ms, lambda: _free_bytes(torch, device, emulated),
-                                 bench._progress, result["step"]["rows"])
-        if "copies" in sections:
-            bench_copies.time_copies(torch, device, sizes, repeat, sync,
-                                     lambda: _free_bytes(torch, device, emulated), bench._progress,
-                                     result["copies"]["rows"])
+        with interrupt.watching():
+            _time_sections(torch, device, ops, dims, sizes, sections, repeat, sync, median_ms, emulated, result)
     except KeyboardInterrupt:
         result["interrupted"] = True
     conclude(result, sections)
@@ -91,6 +86,17 @@ def run(options: Any) -> int:
     else:
         print(calibration_report.markdown(result))
     return 130 if result["interrupted"] else 0
+
+
+def _time_sections(torch: Any, device: Any, ops: Any, dims: step.Dims, sizes: Any, sections: List[str], repeat: int,
+                   sync: Any, median_ms: Any, emulated: Optional[str], result: Dict[str, Any]) -> None:
+    """Each section's rows into ``result`` as they finish (a Ctrl-C keeps what was measured)."""
+    if "step" in sections:
+        bench_step.time_rows(torch, device, ops, dims, median_ms, lambda: _free_bytes(torch, device, emulated),
+                             bench._progress, result["step"]["rows"])
+    if "copies" in sections:
+        bench_copies.time_copies(torch, device, sizes, repeat, sync, lambda: _free_bytes(torch, device, emulated),
+                                 bench._progress, result["copies"]["rows"])
 
 
 def report_skeleton(torch: Any, device: Any, emulated: Optional[str], tiny: bool, dims: step.Dims,

@@ -9,9 +9,6 @@ every other module, keep CUDA's meaning. A name the NPU has no counterpart for k
 real ``torch.cuda``'s (``torch.cuda.OutOfMemoryError`` in an ``except`` stays what it is).
 """
 
-import wrapt
-
-
 def _npu():
     import torch
 
@@ -105,20 +102,44 @@ class NpuDevice(metaclass=_DeviceType):
     ``isinstance(d, torch.device)``."""
 
 
-class TorchOnNpu(wrapt.ObjectProxy):
-    """The torch module, with ``.cuda`` answered by the NPU and ``.device`` mapping CUDA to it."""
+_made: dict = {}  # the proxy class, made on first use: the patch list must import without wrapt
 
-    def __init__(self, torch):
-        super().__init__(torch)
-        self._self_cuda = CudaOnNpu(torch.cuda)
 
-    @property
-    def cuda(self):
-        return self._self_cuda
+def _torch_class():
+    if "torch" not in _made:
+        import wrapt
 
-    @property
-    def device(self):
-        return NpuDevice
+        class TorchOnNpu(wrapt.ObjectProxy):
+            """The torch module, with ``.cuda`` answered by the NPU and ``.device`` mapping CUDA to it."""
 
-    def __repr__(self):
-        return "<torch, with CUDA names answered by the NPU (ascend_shim)>"
+            def __init__(self, torch):
+                super().__init__(torch)
+                self._self_cuda = CudaOnNpu(torch.cuda)
+                self._self_ascend_shim = True
+
+            @property
+            def cuda(self):
+                return self._self_cuda
+
+            @property
+            def device(self):
+                return NpuDevice
+
+            def __repr__(self):
+                return "<torch, with CUDA names answered by the NPU (ascend_shim)>"
+
+        _made["torch"] = TorchOnNpu
+    return _made["torch"]
+
+
+def torch_on_npu(torch):
+    """The torch module as code that names CUDA sees it on the NPU (a wrapt proxy)."""
+    return _torch_class()(torch)
+
+
+def is_ours(value) -> bool:
+    """Whether ``value`` is one of the shim's proxies (of any of this package's modules)."""
+    try:
+        return object.__getattribute__(value, "_self_ascend_shim") is True
+    except AttributeError:
+        return False

@@ -8,9 +8,6 @@ other backend name (gloo for CPU groups, an explicit "cpu:gloo,cuda:nccl" string
 by its device part) and every other function keep their meaning.
 """
 
-import wrapt
-
-
 def hccl_backend(backend):
     """The backend an NCCL request becomes on the NPU; anything else as it is."""
     if not isinstance(backend, str):
@@ -36,35 +33,50 @@ def _with_backend(function, args, kwargs, position):
     return function(*args, **kwargs)
 
 
-class DeviceMeshOnNpu(wrapt.ObjectProxy):
-    """``torch.distributed.device_mesh`` whose ``init_device_mesh("cuda", ...)`` is the NPU's."""
-
-    def init_device_mesh(self, device_type, *args, **kwargs):
-        if device_type == "cuda":
-            device_type = "npu"
-        return self.__wrapped__.init_device_mesh(device_type, *args, **kwargs)
+_made: dict = {}  # the proxy classes, made on first use: the patch list must import without wrapt
 
 
-class DistOnNpu(wrapt.ObjectProxy):
-    """torch.distributed, with NCCL requests made on HCCL."""
+def _classes():
+    if not _made:
+        import wrapt
 
-    def __init__(self, dist):
-        super().__init__(dist)
-        self._self_mesh = None
+        class DeviceMeshOnNpu(wrapt.ObjectProxy):
+            """``torch.distributed.device_mesh`` whose ``init_device_mesh("cuda", ...)`` is the NPU's."""
 
-    def init_process_group(self, *args, **kwargs):
-        return _with_backend(self.__wrapped__.init_process_group, args, kwargs, 0)
+            def init_device_mesh(self, device_type, *args, **kwargs):
+                if device_type == "cuda":
+                    device_type = "npu"
+                return self.__wrapped__.init_device_mesh(device_type, *args, **kwargs)
 
-    def new_group(self, *args, **kwargs):
-        return _with_backend(self.__wrapped__.new_group, args, kwargs, 2)
+        class DistOnNpu(wrapt.ObjectProxy):
+            """torch.distributed, with NCCL requests made on HCCL."""
 
-    @property
-    def device_mesh(self):
-        if self._self_mesh is None:
-            import torch.distributed.device_mesh as mesh
+            def __init__(self, dist):
+                super().__init__(dist)
+                self._self_mesh = None
+                self._self_ascend_shim = True
 
-            self._self_mesh = DeviceMeshOnNpu(mesh)
-        return self._self_mesh
+            def init_process_group(self, *args, **kwargs):
+                return _with_backend(self.__wrapped__.init_process_group, args, kwargs, 0)
 
-    def __repr__(self):
-        return "<torch.distributed, NCCL requests made on HCCL (ascend_shim)>"
+            def new_group(self, *args, **kwargs):
+                return _with_backend(self.__wrapped__.new_group, args, kwargs, 2)
+
+            @property
+            def device_mesh(self):
+                if self._self_mesh is None:
+                    import torch.distributed.device_mesh as mesh
+
+                    self._self_mesh = DeviceMeshOnNpu(mesh)
+                return self._self_mesh
+
+            def __repr__(self):
+                return "<torch.distributed, NCCL requests made on HCCL (ascend_shim)>"
+
+        _made["dist"] = DistOnNpu
+    return _made
+
+
+def dist_on_npu(dist):
+    """torch.distributed as code that names NCCL sees it on the NPU (a wrapt proxy)."""
+    return _classes()["dist"](dist)

@@ -10,8 +10,6 @@ where the cluster has fewer NPUs than asked for. Nothing else changes: CPUs, nam
 resources and every other function are Ray's own.
 """
 
-import wrapt
-
 NPU = "NPU"
 
 
@@ -47,34 +45,51 @@ def check_cluster(ray, wanted):
         % (held.get(NPU, 0), wanted, shown or "none"))
 
 
-class ActorClassOnNpu(wrapt.ObjectProxy):
-    """A Ray actor class whose GPU requests are NPU requests."""
-
-    def options(self, *args, **kwargs):
-        kwargs = npu_options(kwargs)
-        import ray
-
-        check_cluster(ray, (kwargs.get("resources") or {}).get(NPU))
-        return self.__wrapped__.options(*args, **kwargs)
-
-    def remote(self, *args, **kwargs):
-        return self.options().remote(*args, **kwargs)
+_made: dict = {}  # the proxy classes, made on first use: the patch list must import without wrapt
 
 
-class RayOnNpu(wrapt.ObjectProxy):
-    """The ray module, whose ``remote`` makes actor classes that ask for NPUs."""
+def _classes():
+    if not _made:
+        import wrapt
 
-    def remote(self, *args, **kwargs):
-        made = self.__wrapped__.remote(*args, **npu_options(kwargs))
-        if args and not kwargs and hasattr(made, "options"):
-            return ActorClassOnNpu(made)  # ray.remote(Class)
-        if not args and callable(made):  # ray.remote(num_gpus=1) used as a decorator
-            return lambda target: _npu_class(made(target))
-        return _npu_class(made)
+        class RemoteOnNpu(wrapt.ObjectProxy):
+            """A Ray actor class (or remote function) whose GPU requests are NPU requests."""
 
-    def __repr__(self):
-        return "<ray, GPU requests made of the NPU resource (ascend_shim)>"
+            def options(self, *args, **kwargs):
+                kwargs = npu_options(kwargs)
+                import ray
+
+                check_cluster(ray, (kwargs.get("resources") or {}).get(NPU))
+                return self.__wrapped__.options(*args, **kwargs)
+
+            def remote(self, *args, **kwargs):
+                return self.options().remote(*args, **kwargs)
+
+        class RayOnNpu(wrapt.ObjectProxy):
+            """The ray module, whose ``remote`` makes actor classes that ask for NPUs."""
+
+            def __init__(self, ray):
+                super().__init__(ray)
+                self._self_ascend_shim = True
+
+            def remote(self, *args, **kwargs):
+                made = self.__wrapped__.remote(*args, **npu_options(kwargs))
+                if args and not kwargs and hasattr(made, "options"):
+                    return RemoteOnNpu(made)  # ray.remote(Class)
+                if not args and callable(made):  # ray.remote(num_gpus=1) used as a decorator
+                    return lambda target: _on_npu(made(target))
+                return _on_npu(made)
+
+            def __repr__(self):
+                return "<ray, GPU requests made of the NPU resource (ascend_shim)>"
+
+        def _on_npu(made):
+            return RemoteOnNpu(made) if hasattr(made, "options") else made
+
+        _made.update(remote=RemoteOnNpu, ray=RayOnNpu)
+    return _made
 
 
-def _npu_class(made):
-    return ActorClassOnNpu(made) if hasattr(made, "options") else made
+def ray_on_npu(ray):
+    """The ray module as code that asks for GPUs sees it on an NPU box (a wrapt proxy)."""
+    return _classes()["ray"](ray)

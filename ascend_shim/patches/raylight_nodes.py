@@ -3,7 +3,7 @@ cannot run on them.
 
 ``RayInitializer`` (and its Advanced form) bounds the worker count by
 ``torch.cuda.device_count()``: 0 on an NPU box, so it stops with "Too many gpus". That
-module's ``torch`` is ``distributed.cuda_names.TorchOnNpu``: the count is the NPUs'. The
+module's ``torch`` is ``distributed.cuda_names.torch_on_npu``'s proxy: the count is the NPUs'. The
 Advanced form's ``GPU_SELECT`` (indices among the cards ComfyUI sees) restricts a Ray it
 starts through ``CUDA_VISIBLE_DEVICES``, which Ray's NPU detection does not read: while it
 starts Ray, ``ASCEND_RT_VISIBLE_DEVICES`` names the same cards (ascending, as ACL takes them),
@@ -17,7 +17,7 @@ has no such step.
 
 import os
 
-from ascend_shim.distributed.cuda_names import TorchOnNpu
+from ascend_shim.distributed.cuda_names import is_ours, torch_on_npu
 from ascend_shim.engine import versions
 from ascend_shim.engine.patching import Patch, argument
 from ascend_shim.patches._guards import process_on_npu_and_attribute
@@ -92,8 +92,8 @@ def _spawn_actor(module, wrapped, instance, args, kwargs):
 
 
 def apply(changes, module):
-    if not isinstance(module.torch, TorchOnNpu):
-        changes.assign(module, "torch", TorchOnNpu(module.torch))
+    if not is_ours(module.torch):
+        changes.assign(module, "torch", torch_on_npu(module.torch))
     wrap_function(changes, module, "spawn_actor", _spawn_actor, owner=module.RayInitializer)
 
 

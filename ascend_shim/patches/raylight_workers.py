@@ -5,26 +5,26 @@
 ``num_gpus=1``, computes on ``torch.device("cuda:0")``, joins ``init_process_group("nccl")``
 and ``init_device_mesh("cuda")``, and calls ``torch.cuda`` inline (synchronize, empty_cache,
 get_device_capability), also in its NCCL self-test. That module's globals are replaced by
-``distributed.cuda_names.TorchOnNpu``, ``distributed.process_groups.DistOnNpu`` and
-``distributed.ray_actors.RayOnNpu``: the same modules, with those names made the NPU's.
+the proxies of ``distributed.cuda_names.torch_on_npu``, ``distributed.process_groups.dist_on_npu`` and
+``distributed.ray_actors.ray_on_npu``: the same modules, with those names made the NPU's.
 Nothing outside raylight's worker module sees them. Applied in the ComfyUI process (which
 starts the actors) and in every worker, where this process computes on the NPU.
 """
 
-from ascend_shim.distributed.cuda_names import TorchOnNpu
-from ascend_shim.distributed.process_groups import DistOnNpu
-from ascend_shim.distributed.ray_actors import RayOnNpu
+from ascend_shim.distributed.cuda_names import is_ours, torch_on_npu
+from ascend_shim.distributed.process_groups import dist_on_npu
+from ascend_shim.distributed.ray_actors import ray_on_npu
 from ascend_shim.engine.patching import Patch
 from ascend_shim.engine import versions
 from ascend_shim.patches._guards import process_on_npu_and_attribute
 
-_PROXIES = (("torch", TorchOnNpu), ("dist", DistOnNpu), ("ray", RayOnNpu))
+_PROXIES = (("torch", torch_on_npu), ("dist", dist_on_npu), ("ray", ray_on_npu))
 
 
 def apply(changes, module):
     for name, proxy in _PROXIES:
         value = getattr(module, name, None)
-        if value is not None and not isinstance(value, proxy):
+        if value is not None and not is_ours(value):
             changes.assign(module, name, proxy(value))
 
 

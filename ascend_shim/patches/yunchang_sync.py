@@ -2,19 +2,19 @@
 
 ``yunchang.comm.all_to_all`` calls ``torch.cuda.synchronize()`` around its all-to-all when
 ``use_sync`` is on; on an NPU box that is CUDA's (no driver: an error, or a no-op that waits
-for nothing). That module's ``torch`` is ``distributed.cuda_names.TorchOnNpu``, so the call
+for nothing). That module's ``torch`` is ``distributed.cuda_names.torch_on_npu``'s proxy, so the call
 waits for the NPU; nothing else in yunchang or torch changes.
 """
 
-from ascend_shim.distributed.cuda_names import TorchOnNpu
+from ascend_shim.distributed.cuda_names import is_ours, torch_on_npu
 from ascend_shim.engine import versions
 from ascend_shim.engine.patching import Patch
 from ascend_shim.patches._guards import process_on_npu_and_attribute
 
 
 def apply(changes, module):
-    if not isinstance(module.torch, TorchOnNpu):
-        changes.assign(module, "torch", TorchOnNpu(module.torch))
+    if not is_ours(module.torch):
+        changes.assign(module, "torch", torch_on_npu(module.torch))
 
 
 PATCH = Patch(

@@ -92,9 +92,10 @@ def compare(report, cards):
 
 
 RUNS = [("users_minimax", 2), ("users_minimax", 4), ("newest_minimax", 2), ("users_wan", 2)]
-# the cards each run's workers took: the users' 2-card run asks RayInitializerAdvanced for cards 1 and 3
-CARDS = {("users_minimax", 2): [1, 3], ("users_minimax", 4): [0, 1, 2, 3], ("newest_minimax", 2): [0, 1],
-         ("users_wan", 2): [0, 1]}
+# the box each run has, and the cards a run asked for: the users' 2-card run asks RayInitializerAdvanced
+# for cards 1 and 3 (GPU_SELECT); elsewhere Ray hands out any free cards
+BOX = {"users_minimax": 4, "newest_minimax": 2, "users_wan": 2}
+SELECTED = {("users_minimax", 2): [1, 3]}
 
 
 def ray_case(report, cards):
@@ -132,7 +133,9 @@ def test_each_worker_computes_on_its_own_card_on_the_npu_ops(request, run, cards
         assert worker["sdpa_paths"] and set(worker["sdpa_paths"]) == {"fused"}, worker
         assert worker["patches"]["raylight_workers"] == "applied", worker
         assert worker["patches"]["is_nvidia"] == "applied", worker  # ComfyUI, inside the worker, on the NPU
-    assert sorted(cards_seen) == CARDS[run, cards]  # one card each, the ones asked for (GPU_SELECT)
+    assert len(set(cards_seen)) == cards and set(cards_seen) <= set(range(BOX[run])), cards_seen  # one card each
+    if (run, cards) in SELECTED:
+        assert sorted(cards_seen) == SELECTED[run, cards]  # the ones asked for
 
 
 @pytest.mark.parametrize("run, cards", RUNS)
