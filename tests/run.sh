@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
 # Run the test suite from nothing, on two Pythons:
-#   3.11 + torch 2.13.0, CPU build: every test; the startup tests also run
-#        on each of Python 3.10-3.13 that pyenv has;
-#   3.13 + torch 2.12.0: the torch tests again (kitchen backend, patches, CLI,
-#        doctor, test bed) on the users' Python and torch. PyPI has only the
+#   3.11 + torch 2.13.0, CPU build: the whole suite but the users'-runtime files
+#        below; the startup tests also run on each of Python 3.10-3.13 that
+#        pyenv has;
+#   3.13 + torch 2.12.0: the users' Python and torch: the kitchen backend (the
+#        users' pin and the newest release), the bed, selftest, the patches on
+#        ComfyUI's real symptoms, concurrent imports. PyPI has only the
 #        CUDA 13.0 build of torch for Python 3.13 on x86_64 (2.12.0+cu130, the
 #        users' own build): about 2.6 GB to download, 4.8 GB in its venv.
 # Each venv gets what the tests need (wrapt, pytest, hatchling, safetensors,
@@ -12,7 +14,8 @@
 # INT8 tests and each ComfyUI release use are downloaded once into .cache/ (per
 # Python: they carry compiled extensions), the eight ComfyUI releases unpacked.
 #
-# ASCEND_SHIM_TEST_PYTHONS="3.11" runs the first suite alone;
+# ASCEND_SHIM_TEST_PYTHONS="3.11" runs the first suite alone (then whole);
+# ASCEND_SHIM_TEST_KITCHENS="0.2.26 0.2.40" narrows the comfy-kitchen matrix;
 # ASCEND_SHIM_TEST_WORKERS sets the number of pytest workers (default 2).
 # Extra arguments go to every pytest run. Each test file's name is printed as
 # it starts (tests/conftest.py).
@@ -52,6 +55,10 @@ torchvision_for() {  # the torchvision built for that torch, where the registry 
     esac
 }
 
+kitchens_for() {  # the comfy-kitchen releases each suite's INT8 matrix runs (empty: all)
+    if [ "$1" = "3.13" ]; then echo "${ASCEND_SHIM_TEST_KITCHENS-$KITCHENS_313}"; else echo "${ASCEND_SHIM_TEST_KITCHENS:-}"; fi
+}
+
 venv_for() {
     if [ "$1" = "3.11" ]; then echo "${ASCEND_SHIM_TEST_VENV:-.venv-test}"; else echo ".venv-test-$1"; fi
 }
@@ -85,7 +92,8 @@ prepare() {  # prepare 3.11: the venv and the downloads, before any test runs
     if [ -n "$(torchvision_for "$minor")" ]; then
         "$venv/bin/python" -m pip install -q --disable-pip-version-check --no-deps "$(torchvision_for "$minor")"
     fi
-    ASCEND_SHIM_TEST_CACHE="$PWD/$cache" "$venv/bin/python" - <<'PY'
+    # every release of the matrix, whichever each suite runs (test_rope picks its own)
+    ASCEND_SHIM_TEST_CACHE="$PWD/$cache" ASCEND_SHIM_TEST_KITCHENS="" "$venv/bin/python" - <<'PY'
 import sys
 sys.path.insert(0, "tests")
 import harness
@@ -109,20 +117,34 @@ print("Pythons for the startup tests:", ", ".join(sorted(harness.pyenv_pythons()
 PY
 }
 
-suite_args() {  # what each Python runs: the startup-only files run once, on 3.11
-    # and so does the end-to-end sampling (tests/e2e): on 3.13 + torch 2.12 it
-    # gave the same cosines and counts to 6 digits for ~2 more CPU minutes
-    if [ "$1" = "3.11" ]; then
-        echo "tests"
+# the users' runtime (3.13 + torch 2.12.0+cu130) runs these alone where both suites run: what they
+# check is the shim on the users' own torch (selftest's NPU math, ComfyUI's CUDA-build symptoms on
+# every release, ten threads importing at once), which a second torch only repeats
+USERS_RUNTIME_ONLY="tests/test_selftest.py tests/patches/test_comfy_patches.py tests/test_reliability.py"
+# ... and these run once, on 3.11: matrices whose outcome does not depend on torch's build (startup
+# on every Python, flags, lifecycle, kitchen parity, fp8 loaders, tests-unit, wheels, README,
+# launchers' card choice, the calibration kit's tables), the end-to-end sampling (on 3.13 + torch
+# 2.12 it gave the same cosines and counts to 6 digits for ~2 more CPU minutes) and the CLI's words
+ONCE_ON_311="tests/test_bootstrap.py tests/test_wrapt_range.py tests/e2e tests/patches/test_comfy_flags.py
+    tests/test_patch_lifecycle.py tests/kitchen/test_parity.py tests/patches/test_fp8.py
+    tests/patches/test_comfy_unit_tests.py tests/testbed/test_real_signatures.py tests/test_readme.py
+    tests/patches/test_launchers.py tests/test_calibration.py tests/test_newcomer.py tests/test_cli.py
+    tests/test_cli_output.py tests/test_doctor.py tests/test_startup_messages.py"
+# on 3.13 the comfy-kitchen matrix is the users' pin and the newest release
+KITCHENS_313="0.2.26 0.2.40"
+
+ignoring() {  # ignoring "a b": --ignore=a --ignore=b
+    local path
+    for path in $1; do printf -- "--ignore=%s " "$path"; done
+}
+
+suite_args() {  # what each Python runs
+    if [ "$1" = "3.13" ]; then
+        echo "tests $(ignoring "$ONCE_ON_311")"
+    elif [[ " $PYTHONS " == *" 3.13 "* ]]; then
+        echo "tests $(ignoring "$USERS_RUNTIME_ONLY")"
     else
-        # the users' Python and torch: the backend, the bed, the CLI and the patches on the real
-        # ComfyUI symptoms again; the matrices whose outcome does not depend on torch's build
-        # (flags, lifecycle, kitchen parity, fp8 loaders, tests-unit, wheels, README) run once, on 3.11
-        echo "tests --ignore=tests/test_bootstrap.py --ignore=tests/test_wrapt_range.py --ignore=tests/e2e" \
-             "--ignore=tests/patches/test_comfy_flags.py --ignore=tests/test_patch_lifecycle.py" \
-             "--ignore=tests/kitchen/test_parity.py --ignore=tests/patches/test_fp8.py" \
-             "--ignore=tests/patches/test_comfy_unit_tests.py --ignore=tests/testbed/test_real_signatures.py" \
-             "--ignore=tests/test_readme.py"
+        echo "tests"
     fi
 }
 
@@ -165,6 +187,7 @@ for minor in $PYTHONS; do
     # shellcheck disable=SC2046
     # one torch thread per process: the workers (and their children) already fill the cores
     PYTHONUNBUFFERED=1 OMP_NUM_THREADS="${OMP_NUM_THREADS:-1}" ASCEND_SHIM_TEST_CACHE="$PWD/$(cache_for "$minor")" \
+        ASCEND_SHIM_TEST_KITCHENS="$(kitchens_for "$minor")" \
         "$venv/bin/python" -m pytest $(suite_args "$minor") -p no:cacheprovider \
             -n "$WORKERS" --dist loadfile --durations=30 -rs "$@" | tee "$log"
     status=${PIPESTATUS[0]}

@@ -47,6 +47,10 @@ def table_rows(stdout):
     for line in lines[start + 1:]:
         if not line.strip():
             break
+        if line.startswith(" "):  # the detail goes on under itself
+            name = list(rows)[-1]
+            rows[name] = (rows[name][0], rows[name][1] + " " + line.strip())
+            continue
         parts = line.split(None, 3)
         rows[parts[0]] = (parts[2], parts[3] if len(parts) > 3 else "")
     return rows
@@ -131,7 +135,7 @@ def test_rows_on_the_npu_say_what_they_wait_for(bed_python, tmp_path):
     proc = shim(bed_python, ["status"], tmp_path, harness.bed_env("ascend-cu130"))
     rows = table_rows(proc.stdout)
     assert rows["alloc_conf_withdraw"] == ("pending", "waiting for patch alloc_conf to be decided")
-    assert rows["is_nvidia"][1].startswith("waiting for comfy.model_management")
+    assert rows["is_nvidia"][1] == "comfy is not loaded in this process (waits for comfy.model_management)"
 
 
 def test_comfyui_without_its_kitchen_is_reported(bed_python, comfyui, tmp_path):
@@ -151,7 +155,10 @@ def test_comfyui_without_its_kitchen_is_reported(bed_python, comfyui, tmp_path):
     assert "OK" not in shim(bed_python, ["doctor"], comfyui, env).stdout
     status = shim(bed_python, ["status", "--import", "comfy.quant_ops"], comfyui, env)
     assert ("INT8 (comfy-kitchen): not in use: this ComfyUI runs without comfy-kitchen" in flat(status.stdout))
-    assert "ascend_shim first" not in status.stdout
+    summary = status.stdout.split("\npatched: ", 1)[1]  # below the table: what runs, not the registry's order
+    assert "ascend_shim first" not in summary
+    # 0.2.11's own __version__ says "0.1.0": status names the release installed
+    assert summary.startswith("ComfyUI 0.30.0, comfy-kitchen 0.2.11, "), summary
     assert table_rows(status.stdout)["kitchen_int8"][1].startswith("unused, ComfyUI runs without comfy-kitchen")
 
     good = json.loads(shim(bed_python, ["doctor", "--json"], comfyui,

@@ -13,6 +13,7 @@ import contextlib
 import importlib
 import io
 import sys
+import textwrap
 from typing import Any, Dict
 
 from ascend_shim.commands import json_report as _json_report
@@ -147,15 +148,15 @@ def _shown(row, modules, context):
     return "pending", "not patched: %s" % context["inactive"]
 
 
-def _fit(text, width):
-    return text if len(text) <= width else text[:max(width - 3, 0)] + "..."
-
-
 TARGET_WIDTH = 30  # raylight's module paths are long: the detail keeps the room
 
 
 def _tail(text, width):
     return text if len(text) <= width else "..." + text[-(width - 3):]
+
+
+def _wrap(text, width):  # module paths and lists stay whole
+    return textwrap.wrap(text, width, break_on_hyphens=False, break_long_words=False)
 
 
 def table(rows):
@@ -164,10 +165,17 @@ def table(rows):
     widths = [max([len(c)] + [len(str(r[c])) for r in rows]) for c in COLUMNS[:-1]]
     detail_width = WIDTH - sum(widths) - 2 * len(widths)
     lines = ["  ".join(c.ljust(w) for c, w in zip(COLUMNS, widths + [0])).rstrip()]
+    indent = " " * (widths[0] + 2)
     for row in rows:
         cells = [str(row[c]).ljust(w) for c, w in zip(COLUMNS, widths)]
-        lines.append(("  ".join(cells) + "  " + _fit(row["detail"], detail_width)).rstrip())
-    return "\n".join(line[:WIDTH] for line in lines)
+        # a detail that does not fit goes on below, under the target: a cut reason is no reason
+        first = _wrap(row["detail"], detail_width) or [""]
+        if len(first[0]) > detail_width:  # one word wider than the column: all of it below
+            first = [""] + first
+        lines.append(("  ".join(cells) + "  " + first[0]).rstrip())
+        rest = _wrap(" ".join(first[1:]), WIDTH - len(indent))
+        lines.extend(indent + line for line in rest)
+    return "\n".join(lines)
 
 
 def _alloc_note(machine):

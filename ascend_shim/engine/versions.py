@@ -70,8 +70,27 @@ def comfyui(module: Any) -> Optional[str]:
     return in_file(os.path.join(root, "comfyui_version.py")) if root else None
 
 
+def beside(module: Any) -> Optional[str]:
+    """The version in the name of the ``<package>-<version>.dist-info`` folder next to
+    ``module``'s package: the release actually imported, whatever else is installed."""
+    name = (getattr(module, "__name__", "") or "").partition(".")[0]
+    folders = list(getattr(module, "__path__", None) or [])
+    if not name or not folders:
+        return None
+    site = os.path.dirname(os.path.abspath(folders[0]))
+    try:
+        found = [entry for entry in os.listdir(site)
+                 if entry.startswith(name + "-") and entry.endswith(".dist-info")]
+    except OSError:
+        return None
+    if len(found) != 1:  # none, or leftovers of several installs: no answer beats a guess
+        return None
+    return found[0][len(name) + 1:-len(".dist-info")] or None
+
+
 def comfy_kitchen(module: Any) -> Optional[str]:
-    return getattr(module, "__version__", None) or distribution("comfy-kitchen")
+    # comfy-kitchen 0.2.11 to 0.2.19 carry __version__ = "0.1.0" whatever the release
+    return beside(module) or getattr(module, "__version__", None) or distribution("comfy-kitchen")
 
 
 def torch_npu(module: Any) -> Optional[str]:

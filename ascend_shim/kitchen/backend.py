@@ -42,7 +42,6 @@ class KitchenFeatures:
     """What the installed comfy-kitchen offers, found by feature, not version."""
 
     def __init__(self, ck: Any) -> None:
-        self.version = getattr(ck, "__version__", None)
         self.apply_input_act = registry_access.apply_input_act().value
         self.input_acts = registry_access.input_act_names()
         self.act_takes_weight = False

@@ -1,23 +1,25 @@
 """One video on several simulated NPUs through raylight's own nodes, in a ComfyUI process.
 
     python raylight_cases.py <comfyui-dir> <raylight-dir> <out-dir> --cards 4
-                             [--arch minimax|wan] [--variant int8] [--steps 2] [--heads 4]
+                             [--arch minimax,wan] [--variant int8] [--steps 2] [--heads 4]
                              [--cases reference,ray2,ray4,...]
 
 This process is ComfyUI's: it starts ComfyUI's model code as main.py does, loads raylight
 with ComfyUI's own custom-node loader (``nodes.load_custom_node``), writes a tiny seeded
 checkpoint of a real architecture (``tiny_models.py``) where ComfyUI finds diffusion models,
-and runs the cases asked for, in order:
+and runs the cases asked for, in order, each architecture of ``--arch`` in turn:
 
   reference   ComfyUI's own UNETLoader + KSamplerAdvanced on one card, the latent saved as
-              ``reference.pt``
+              ``reference-<arch>.pt``
   rayN        RayInitializer (N workers, Ulysses degree N, ring 1, raylight's default attention
-              and its HCCL self-test) -> RayUNETLoader -> XFuserKSamplerAdvanced, the latent saved
-              as ``rayN.pt``, then (MiniMax-H3) the video VAE decodes it here (VAEDecode); each
-              worker reports its card, its ops and collectives (the bed's counters), then RayKill
+              and its HCCL self-test), then for each architecture on those workers RayUNETLoader ->
+              XFuserKSamplerAdvanced, the latent saved as ``rayN-<arch>.pt``, and (MiniMax-H3) the
+              video VAE decodes it here (VAEDecode); each worker reports its card, its ops and
+              collectives (the bed's counters) per architecture; then RayKill
   rayN@a+b    the same through RayInitializerAdvanced with GPU_SELECT "a,b" (the cards to use)
   ring        RayInitializer with ring_degree 2: refused before anything starts
-  heads       Ulysses degree 3, which does not divide the model's heads: one clear error, RayKill
+  heads       right after ``ray4`` (its workers): a MiniMax-H3 of 6 heads, which Ulysses 4 cannot
+              split: one clear error, then RayKill
   too_many    twice as many workers as cards: raylight's own refusal, counted on the NPUs
   gpu_cluster a Ray cluster started with GPUs and no NPU: refused when the workers are asked
               for, not a hang
@@ -46,7 +48,7 @@ parser.add_argument("comfy_dir")
 parser.add_argument("raylight_dir")
 parser.add_argument("out_dir")
 parser.add_argument("--cards", type=int, default=4, help="cards on the bed (the Ray cluster's NPUs)")
-parser.add_argument("--arch", default="minimax")
+parser.add_argument("--arch", default="minimax", help="comma-separated: minimax, wan")
 parser.add_argument("--variant", default="int8")
 parser.add_argument("--steps", type=int, default=2)
 parser.add_argument("--heads", type=int, default=4)
@@ -120,14 +122,18 @@ report["driver_patches"] = shim_rows()
 
 # --------------------------------------------------------------------------- the workflow's inputs
 
-spec = models.SPECS[OPTS.arch](seed=0, heads=OPTS.heads)
-UNET = "tiny_%s_%s_%dheads.safetensors" % (OPTS.arch, OPTS.variant, OPTS.heads)
-safetensors.torch.save_file(models.checkpoint(spec.build(), spec, OPTS.variant), os.path.join(MODELS, UNET))
-positive, negative = spec.conditioning(seed=3)
-LATENT = {"samples": spec.latent()}
-SAMPLING = dict(add_noise="enable", noise_seed=42, steps=OPTS.steps, cfg=1.0, sampler_name="euler",
-                scheduler="simple", positive=positive, negative=negative, latent_image=LATENT,
-                start_at_step=0, end_at_step=10000, return_with_leftover_noise="disable")
+ARCHS = OPTS.arch.split(",")
+UNETS, SAMPLINGS = {}, {}
+for arch in ARCHS:
+    spec = models.SPECS[arch](seed=0, heads=OPTS.heads)
+    UNETS[arch] = "tiny_%s_%s_%dheads.safetensors" % (arch, OPTS.variant, OPTS.heads)
+    safetensors.torch.save_file(models.checkpoint(spec.build(), spec, OPTS.variant), os.path.join(MODELS, UNETS[arch]))
+    positive, negative = spec.conditioning(seed=3)
+    SAMPLINGS[arch] = dict(add_noise="enable", noise_seed=42, steps=OPTS.steps, cfg=1.0, sampler_name="euler",
+                           scheduler="simple", positive=positive, negative=negative,
+                           latent_image={"samples": spec.latent()}, start_at_step=0, end_at_step=10000,
+                           return_with_leftover_noise="disable")
+UNET, SAMPLING = UNETS[ARCHS[0]], SAMPLINGS[ARCHS[0]]  # what the bad-input cases load
 INIT = dict(ray_cluster_address="local", ray_cluster_namespace="default", GPU=2,
             ulysses_degree=2, ring_degree=1, cfg_degree=1, dp_degree=1, sync_ulysses=False,
             clear_vram_after_sampling=False, FSDP=False, FSDP_CPU_OFFLOAD=False, XFuser_attention="TORCH_FLASH",
@@ -204,11 +210,13 @@ def kill(ray_actors):
 
 
 def case_reference(out):
-    (model,) = nodes.UNETLoader().load_unet(UNET, "default")
-    (latent,) = nodes.KSamplerAdvanced().sample(model=model, **SAMPLING)
-    torch.save(flat(latent["samples"]), os.path.join(OPTS.out_dir, "reference.pt"))
-    out["latent_elements"] = int(flat(latent["samples"]).numel())
-    mm.unload_all_models()
+    for arch in ARCHS:
+        (model,) = nodes.UNETLoader().load_unet(UNETS[arch], "default")
+        (latent,) = nodes.KSamplerAdvanced().sample(model=model, **SAMPLINGS[arch])
+        torch.save(flat(latent["samples"]), os.path.join(OPTS.out_dir, "reference-%s.pt" % arch))
+        out["latent_elements_" + arch] = int(flat(latent["samples"]).numel())
+        del model
+        mm.unload_all_models()
 
 
 def case_ray(out, cards, select=None):
@@ -218,18 +226,31 @@ def case_ray(out, cards, select=None):
     else:
         (init,) = RAY["RayInitializer"]().spawn_actor(**dict(INIT, GPU=cards, ulysses_degree=cards))
     out["stage"] = "initialized"
-    (actors,) = RAY["RayUNETLoader"]().load_ray_unet(ray_actors_init=init, unet_name=UNET, weight_dtype="default")
+    for arch in ARCHS:
+        actors = sample_on(init, arch, cards, out)
+    following = CASES[CASES.index(out["name"]) + 1:][:1]
+    if following in (["heads"], ["dead_worker"]):
+        LIVE.update(init=init, actors=actors)  # the next case goes on with these workers
+        return
+    kill(actors)
+    out["stage"] = "killed"
+
+
+def sample_on(init, arch, cards, out):
+    """One architecture loaded on the workers and sampled: its latent, the workers' views."""
+    (actors,) = RAY["RayUNETLoader"]().load_ray_unet(ray_actors_init=init, unet_name=UNETS[arch],
+                                                     weight_dtype="default")
     workers = actors["workers"]
     for actor in workers:
         start_counting(actor)
-    out["stage"] = "loaded"
+    out["stage"] = "loaded " + arch
     started = time.monotonic()
-    latent, actors = RAY["XFuserKSamplerAdvanced"]().ray_sample(ray_actors=actors, **SAMPLING)
-    out["sample_seconds"] = round(time.monotonic() - started, 2)
-    out["stage"] = "sampled"
-    torch.save(flat(latent["samples"]), os.path.join(OPTS.out_dir, "ray%d.pt" % cards))
-    out["workers"] = [worker_view(actor) for actor in workers]
-    if OPTS.arch == "minimax":
+    latent, actors = RAY["XFuserKSamplerAdvanced"]().ray_sample(ray_actors=actors, **SAMPLINGS[arch])
+    out["sample_seconds_" + arch] = round(time.monotonic() - started, 2)
+    out["stage"] = "sampled " + arch
+    torch.save(flat(latent["samples"]), os.path.join(OPTS.out_dir, "ray%d-%s.pt" % (cards, arch)))
+    out["workers_" + arch] = [worker_view(actor) for actor in workers]
+    if arch == "minimax":
         from comfy_extras.nodes_lt import LTXVSeparateAVLatent
 
         video_latent, _ = LTXVSeparateAVLatent.execute({"samples": latent["samples"]}).result
@@ -240,11 +261,7 @@ def case_ray(out, cards, select=None):
         (images,) = nodes.VAEDecode().decode(vae, video_latent)
         out["decoded"] = list(images.shape)
         out["decoded_finite"] = bool(torch.isfinite(images).all())
-    if cards == 2 and "dead_worker" in CASES:
-        LIVE["actors"] = actors  # the next case kills one of them
-        return
-    kill(actors)
-    out["stage"] = "killed"
+    return actors
 
 
 def case_ring(out):
@@ -252,9 +269,12 @@ def case_ring(out):
 
 
 def case_heads(out):
-    (init,) = RAY["RayInitializer"]().spawn_actor(**dict(INIT, GPU=3, ulysses_degree=3, skip_comm_test=True))
-    (actors,) = RAY["RayUNETLoader"]().load_ray_unet(ray_actors_init=init, unet_name=UNET, weight_dtype="default")
+    init, actors = LIVE.pop("init"), LIVE.pop("actors")
+    spec = models.SPECS["minimax"](seed=0, heads=6)
+    name = "tiny_minimax_%s_6heads.safetensors" % OPTS.variant
+    safetensors.torch.save_file(models.checkpoint(spec.build(), spec, OPTS.variant), os.path.join(MODELS, name))
     try:
+        (actors,) = RAY["RayUNETLoader"]().load_ray_unet(ray_actors_init=init, unet_name=name, weight_dtype="default")
         RAY["XFuserKSamplerAdvanced"]().ray_sample(ray_actors=actors, **SAMPLING)
     finally:
         kill(actors)
@@ -292,7 +312,7 @@ def case_dead_worker(out):
 
 
 for name in CASES:
-    entry = report["cases"][name] = {}
+    entry = report["cases"][name] = {"name": name}
     started = time.monotonic()
     try:
         if name.startswith("ray") and name[3:].partition("@")[0].isdigit():

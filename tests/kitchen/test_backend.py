@@ -99,7 +99,7 @@ def test_input_act_and_residual_options_of_each_release(kitchen_run, version):
     cases = by_name(kitchen_run(version, "grid"))
     expected_acts = {
         "0.2.11": set(), "0.2.19": set(), "0.2.22": set(), "0.2.23": {"gelu_tanh"},
-        "0.2.26": {"gelu_tanh", "swiglu"}, "0.2.27": {"gelu_tanh", "swiglu"}, "0.2.31": {"gelu_tanh", "swiglu"},
+        "0.2.26": {"gelu_tanh", "swiglu"}, "0.2.27": {"gelu_tanh", "swiglu"},
         "0.2.34": {"gelu_tanh", "swiglu", "rms_norm"},
         "0.2.36": {"gelu_tanh", "swiglu", "rms_norm"},
         "0.2.40": {"gelu_tanh", "swiglu", "rms_norm", "situ"},

@@ -26,13 +26,10 @@ TARGET = 2  # the card every style on 4 cards asks for
 # order, the physical card ComfyUI computes on in every thread, what the shim says on stderr)
 STYLES = {
     "--cuda-device": (4, ["--cuda-device", str(TARGET)], {}, [TARGET], TARGET, None),
-    "--default-device": (4, ["--default-device", str(TARGET)], {}, [0, 1, 2, 3], TARGET, None),
     "CUDA_VISIBLE_DEVICES": (4, [], {"CUDA_VISIBLE_DEVICES": str(TARGET)}, [TARGET], TARGET, None),
     "ASCEND_RT_VISIBLE_DEVICES": (4, [], {"ASCEND_RT_VISIBLE_DEVICES": str(TARGET)}, [TARGET], TARGET, None),
     "both set": (4, [], {"CUDA_VISIBLE_DEVICES": "1", "ASCEND_RT_VISIBLE_DEVICES": str(TARGET)}, [TARGET],
                  TARGET, None),
-    # ComfyUI-Distributed's worker 3 beside worker 2 above
-    "worker 3": (4, [], {"CUDA_VISIBLE_DEVICES": "3"}, [3], 3, None),
 }
 # an 8-card box (issue 33): every card the user made visible stays visible, ACL gets them
 # ascending, ComfyUI computes on the card named first
