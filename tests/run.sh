@@ -119,8 +119,12 @@ PY
 
 # the users' runtime (3.13 + torch 2.12.0+cu130) runs these alone where both suites run: what they
 # check is the shim on the users' own torch (selftest's NPU math, ComfyUI's CUDA-build symptoms on
-# every release, ten threads importing at once), which a second torch only repeats
-USERS_RUNTIME_ONLY="tests/test_selftest.py tests/patches/test_comfy_patches.py tests/test_reliability.py"
+# every release, ten threads importing at once, ComfyUI's start-up, fp8 layers, prompts with the
+# audit, model moves, the attention account, torch_npu's fallback lines), which a second torch
+# only repeats
+USERS_RUNTIME_ONLY="tests/test_selftest.py tests/patches/test_comfy_patches.py tests/test_reliability.py
+    tests/patches/test_comfy_startup.py tests/patches/test_fp8_real.py tests/patches/test_audit_prompts.py
+    tests/patches/test_model_moves.py tests/patches/test_attention_account.py tests/test_fallback_report.py"
 # ... and these run once, on 3.11: matrices whose outcome does not depend on torch's build (startup
 # on every Python, flags, lifecycle, kitchen parity, fp8 loaders, tests-unit, wheels, README,
 # launchers' card choice, the calibration kit's tables), the end-to-end sampling (on 3.13 + torch
@@ -148,30 +152,33 @@ suite_args() {  # what each Python runs
     fi
 }
 
-# the venvs are prepared side by side (mostly unpacking wheels and downloads: on 2 cores
-# this takes minutes off), each into its own log, shown when it is done
-pids=()
-logs=()
+# Every venv is prepared at once, in the background; each suite starts as soon
+# as its own venv is ready, so the 3.13 download (2.6 GB) overlaps the 3.11 suite.
+declare -A preparing prepare_log
 for minor in $PYTHONS; do
-    logs+=("$(mktemp)")
-    prepare "$minor" > "${logs[-1]}" 2>&1 &
-    pids+=("$!")
+    prepare_log[$minor]="$(mktemp)"
+    prepare "$minor" > "${prepare_log[$minor]}" 2>&1 &
+    preparing[$minor]=$!
 done
-prepared=0
-for i in "${!pids[@]}"; do
-    wait "${pids[$i]}" || prepared=$?
-    cat "${logs[$i]}"
-    rm -f "${logs[$i]}"
-done
-if [ "$prepared" -ne 0 ]; then
-    echo "preparing a test venv failed (exit $prepared)" >&2
-    exit "$prepared"
-fi
+trap 'kill $(jobs -p) 2>/dev/null || true' EXIT  # an early exit leaves no download running
+
+ready() {  # ready 3.13: wait for that venv, show how its preparation went
+    local status=0
+    wait "${preparing[$1]}" || status=$?
+    echo
+    cat "${prepare_log[$1]}"
+    rm -f "${prepare_log[$1]}"
+    if [ "$status" -ne 0 ]; then
+        echo "preparing the Python $1 test venv failed (exit $status)" >&2
+    fi
+    return "$status"
+}
 
 results="$(mktemp)"
 failed=0
 # type-check the public surface ([tool.mypy] in pyproject.toml), once
 first="${PYTHONS%% *}"
+ready "$first" || exit $?
 echo
 echo "== mypy on the public surface (Python $first)"
 if ! "$(venv_for "$first")/bin/python" -m mypy --no-error-summary; then
@@ -179,6 +186,10 @@ if ! "$(venv_for "$first")/bin/python" -m mypy --no-error-summary; then
     failed=1
 fi
 for minor in $PYTHONS; do
+    if [ "$minor" != "$first" ] && ! ready "$minor"; then
+        failed=1
+        continue
+    fi
     venv="$(venv_for "$minor")"
     log="$(mktemp)"
     echo

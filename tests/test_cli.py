@@ -273,7 +273,6 @@ def test_closed_or_narrow_stdout_is_not_an_internal_error(bed_python, tmp_path):
         if entry.name != "comfyui_version.py":
             (comfy / entry.name).symlink_to(entry)
     (comfy / "comfyui_version.py").write_text('__version__ = "0.30.2-昇腾"\n', encoding="utf-8")
-    env = harness.bed_env("ascend-cu130", comfy=str(comfy), kitchen="0.2.40", PYTHONIOENCODING="ascii")
     # torchvision/torchaudio that import (stand-ins where this venv has no build): ComfyUI starts
     starts = [harness.stand_ins(tmp_path / "stand-ins", bed_python)]
     env = harness.bed_env("ascend-cu130", comfy=str(comfy), kitchen="0.2.40", PYTHONIOENCODING="ascii",
