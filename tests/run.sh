@@ -4,8 +4,8 @@
 #        below; the startup tests also run on each of Python 3.10-3.13 that
 #        pyenv has;
 #   3.13 + torch 2.12.0: the users' Python and torch: the kitchen backend (the
-#        users' pin and the newest release), the bed, selftest, the patches on
-#        ComfyUI's real symptoms, concurrent imports. PyPI has only the
+#        users' pin and the newest release), the bed, and the users'-runtime
+#        files below. PyPI has only the
 #        CUDA 13.0 build of torch for Python 3.13 on x86_64 (2.12.0+cu130, the
 #        users' own build): about 2.6 GB to download, 4.8 GB in its venv.
 # Each venv gets what the tests need (wrapt, pytest, hatchling, safetensors,
