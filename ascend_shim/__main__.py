@@ -2,6 +2,6 @@
 
 import sys
 
-from ascend_shim.commands.cli import main
+from ascend_shim.commands.main import main
 
 sys.exit(main())

@@ -37,7 +37,7 @@ def _next_spec(mine):
     return spec
 
 
-# the sitecustomize files that chained on (read by ``ascend_shim.commands.activation``:
+# the sitecustomize files that chained on (read by ``ascend_shim.cli.activation``:
 # sys.modules["sitecustomize"] names the last one only)
 callers: list[str] = []
 

@@ -33,8 +33,8 @@ import torch  # noqa: E402
 import torch_npu  # noqa: E402,F401  (the bed's: installs the simulated npu device)
 
 from ascend_shim.engine.patching import Changes  # noqa: E402
-from ascend_shim.patches import attention_account as account  # noqa: E402
-from ascend_shim.patches._wraps import wrap_function  # noqa: E402
+from ascend_shim.patches.comfyui.reports import attention_account as account  # noqa: E402
+from ascend_shim.patches.shared.wraps import wrap_function  # noqa: E402
 
 
 def per_call_us(contenders, repeat, rounds):

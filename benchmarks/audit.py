@@ -3,7 +3,7 @@
 1. The same ComfyUI 0.30.0 prompt (tests/patches/audit_cases.py: ComfyUI's own
    ``uni_pc``, 6 steps, and a bf16 ``silu``, on the simulated 910B judged by
    torch_npu 2.12.0's registry) run --prompts times in one interpreter, every
-   other one under the audit's mode as patches/audit.py runs it: the median
+   other one under the audit's mode as patches/comfyui/reports/audit.py runs it: the median
    host seconds of each kind (the first pair left out as warm-up), their
    **ratio**, and the added microseconds per aten call the mode saw.
 2. Off: the same prompts with the audit off (the default), profiled: calls

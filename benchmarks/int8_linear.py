@@ -36,7 +36,6 @@ small-M row; bf16 x, int8 weight, per-channel [N, 1] fp32 scale, no bias.
 """
 
 import argparse
-import gc
 import inspect
 import json
 import statistics
@@ -48,6 +47,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
 import harness  # noqa: E402
+from ab_timing import TAG, median_call  # noqa: E402  (beside this file)
 
 KITCHEN = "0.2.40"
 SHAPES = [("attn out", 8352, 3840, 3840), ("qkv", 8352, 3840, 11520), ("ffn w1", 8352, 3840, 10240),
@@ -57,7 +57,6 @@ CONTENDERS = {"shim": {"ASCEND_SHIM_INT8": "shim"}, "upstream": {"ASCEND_SHIM": 
 TURNS = [("shim", "shim", "ck"), ("upstream", "upstream", "ck"), ("seed", "seed", "ck"),
          ("bare", "upstream", "bare")]  # column, worker, what it times
 NUMERICS_M = 64
-TAG = "@@bench "
 
 
 # --------------------------------------------------------------------------- worker (on the bed)
@@ -163,20 +162,8 @@ def worker(name):
     def timed(i, calls, budget, what="ck"):
         args = make(i)
         fn = (lambda: call(*args)) if what == "ck" else bare(*args)
-        samples, deadline = [], time.perf_counter() + budget
-        gc.disable()
-        try:
-            for _ in range(calls):
-                start = time.perf_counter()
-                out = fn()
-                stop = time.perf_counter()
-                del out  # freeing the output stays outside the timed span
-                samples.append(stop - start)
-                if stop > deadline and len(samples) >= 3:
-                    break
-        finally:
-            gc.enable()
-        return {"us": statistics.median(samples) * 1e6, "calls": len(samples)}
+        seconds, timed_calls = median_call(fn, calls, budget)
+        return {"us": seconds * 1e6, "calls": timed_calls}
 
     def device(i):
         x, w, scale = make(i)

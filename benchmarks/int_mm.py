@@ -33,18 +33,14 @@ anything is measured.
     python benchmarks/int_mm.py [--repeat 50] [--rounds 5] [--budget 0.5] [--json]
 """
 
-import argparse
-import gc
 import json
 import statistics
-import subprocess
 import sys
-import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
-import harness  # noqa: E402
+from ab_timing import TAG, BedWorker, command_line, median_call  # noqa: E402  (beside this file)
 from testbed.device_work import kernels as device_kernels  # noqa: E402
 
 KITCHEN = "0.2.40"
@@ -56,7 +52,6 @@ SHAPES = [("small", 16, 256, 256, True), ("one chunk", 64, 1024, 1024, True),
           ("long K", 64, 12288, 3072, False)]
 CONTENDERS = {"cube": {"TESTBED_QMM_INT32": "exact"}, "fp32": {"TESTBED_QMM_INT32": "refused"},
               "fallback": {"ASCEND_SHIM_DISABLE": "int_mm"}}
-TAG = "@@bench "
 
 
 # --------------------------------------------------------------------------- worker (on the bed)
@@ -84,20 +79,8 @@ def worker():
 
     def timed(i, calls, budget):
         a, b = make(i)
-        samples, deadline = [], time.perf_counter() + budget
-        gc.disable()
-        try:
-            for _ in range(calls):
-                start = time.perf_counter()
-                out = torch._int_mm(a, b)
-                stop = time.perf_counter()
-                del out
-                samples.append(stop - start)
-                if stop > deadline and len(samples) >= 3:
-                    break
-        finally:
-            gc.enable()
-        return {"us": statistics.median(samples) * 1e6, "calls": len(samples)}
+        seconds, timed_calls = median_call(lambda: torch._int_mm(a, b), calls, budget)
+        return {"us": seconds * 1e6, "calls": timed_calls}
 
     def device(i):
         a, b = make(i)
@@ -144,30 +127,8 @@ def worker():
 
 # --------------------------------------------------------------------------- driver
 
-class Worker:
-    def __init__(self, env):
-        path = [str(harness.REPO)]
-        self.proc = subprocess.Popen(
-            [sys.executable, __file__, "--worker"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-            text=True, env=harness.bed_env("ascend-cu130", kitchen=KITCHEN, extra_path=path,
-                                           OMP_NUM_THREADS="1", **env),
-            cwd=str(harness.REPO))
-
-    def ask(self, **request):
-        self.proc.stdin.write(json.dumps(request) + "\n")
-        self.proc.stdin.flush()
-        for line in iter(self.proc.stdout.readline, ""):
-            if line.startswith(TAG):
-                return json.loads(line[len(TAG):])
-        raise RuntimeError("worker ended: rc=%s" % self.proc.wait())
-
-    def close(self):
-        self.proc.stdin.close()
-        self.proc.wait(timeout=60)
-
-
 def measure(args):
-    workers = {name: Worker(env) for name, env in CONTENDERS.items()}
+    workers = {name: BedWorker(__file__, KITCHEN, env) for name, env in CONTENDERS.items()}
     try:
         results = []
         for i, (label, m, k, n, timed) in enumerate(SHAPES):
@@ -213,20 +174,5 @@ def table(results):
     return "\n".join(lines)
 
 
-def main():
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
-    parser.add_argument("--repeat", type=int, default=50)
-    parser.add_argument("--rounds", type=int, default=5)
-    parser.add_argument("--budget", type=float, default=0.5)
-    parser.add_argument("--json", action="store_true")
-    args = parser.parse_args()
-    if args.worker:
-        worker()
-        return
-    results = measure(args)
-    print(json.dumps(results, indent=1) if args.json else table(results))
-
-
 if __name__ == "__main__":
-    main()
+    command_line(__doc__, worker, measure, table, repeat=50, rounds=5)

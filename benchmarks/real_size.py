@@ -71,7 +71,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import harness  # noqa: E402
-from ascend_shim.commands import real_size_step as step  # noqa: E402  (the one table bench --real-size times)
+from ascend_shim.commands.bench import real_size_step as step  # noqa: E402  (the one table bench --real-size times)
 
 COMFYUI = harness.COMFYUI_USER  # the users' release, v0.30.0
 USER_KITCHEN = harness.COMFYUI_USER_KITCHEN  # the comfy-kitchen it pins, 0.2.26
@@ -175,9 +175,9 @@ def kit_coverage(report):
 
 def print_kit_coverage(report):
     if report.get("tokens") != step.REAL.tokens:
-        print("bench --real-size's table says %d tokens, this count %s: update ascend_shim/commands/real_size_step.py"
+        print("bench --real-size's table says %d tokens, this count %s: update ascend_shim/commands/bench/real_size_step.py"
               % (step.REAL.tokens, report.get("tokens")))
-    print("\nbench --real-size's rows (ascend_shim/commands/real_size_step.py) against this count")
+    print("\nbench --real-size's rows (ascend_shim/commands/bench/real_size_step.py) against this count")
     print("| op class | counted: kernels / GB | the kit's rows: kernels / GB |")
     print("|---|---:|---:|")
     totals = [0, 0, 0, 0]

@@ -27,18 +27,14 @@ thread: ``OMP_NUM_THREADS=1``):
     python benchmarks/w4a8_linear.py [--repeat 20] [--rounds 3] [--budget 0.5] [--json]
 """
 
-import argparse
-import gc
 import json
 import statistics
-import subprocess
 import sys
-import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
-import harness  # noqa: E402
+from ab_timing import TAG, BedWorker, command_line, median_call  # noqa: E402  (beside this file)
 from testbed.device_work import is_view  # noqa: E402
 
 KITCHEN = "0.2.40"
@@ -48,7 +44,6 @@ SHAPES = [("small", 16, 256, 256, True), ("layer, M=16", 16, 1024, 1024, True),
 CONTENDERS = {"shim": {}, "eager+int_mm": {"ASCEND_SHIM_DISABLE": "kitchen_int8"},
               "eager+fallback": {"ASCEND_SHIM": "0"}}
 NUMERICS_M = 64
-TAG = "@@bench "
 
 
 # --------------------------------------------------------------------------- worker (on the bed)
@@ -76,20 +71,7 @@ def worker():
         return x, layers[i]
 
     def timed(fn, calls, budget):
-        samples, deadline = [], time.perf_counter() + budget
-        gc.disable()
-        try:
-            for _ in range(calls):
-                start = time.perf_counter()
-                out = fn()
-                stop = time.perf_counter()
-                del out
-                samples.append(stop - start)
-                if stop > deadline and len(samples) >= 3:
-                    break
-        finally:
-            gc.enable()
-        return statistics.median(samples) * 1e6
+        return median_call(fn, calls, budget)[0] * 1e6
 
     def host(i, repeat, budget):
         x, layer = make(i)
@@ -154,29 +136,8 @@ def worker():
 
 # --------------------------------------------------------------------------- driver
 
-class Worker:
-    def __init__(self, env):
-        self.proc = subprocess.Popen(
-            [sys.executable, __file__, "--worker"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-            text=True, cwd=str(harness.REPO),
-            env=harness.bed_env("ascend-cu130", kitchen=KITCHEN, extra_path=[str(harness.REPO)],
-                                OMP_NUM_THREADS="1", **env))
-
-    def ask(self, **request):
-        self.proc.stdin.write(json.dumps(request) + "\n")
-        self.proc.stdin.flush()
-        for line in iter(self.proc.stdout.readline, ""):
-            if line.startswith(TAG):
-                return json.loads(line[len(TAG):])
-        raise RuntimeError("worker ended: rc=%s" % self.proc.wait())
-
-    def close(self):
-        self.proc.stdin.close()
-        self.proc.wait(timeout=60)
-
-
 def measure(args):
-    workers = {name: Worker(env) for name, env in CONTENDERS.items()}
+    workers = {name: BedWorker(__file__, KITCHEN, env) for name, env in CONTENDERS.items()}
     try:
         results = []
         for i, (label, m, k, n, timed) in enumerate(SHAPES):
@@ -226,20 +187,5 @@ def table(results):
     return "\n".join(lines)
 
 
-def main():
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
-    parser.add_argument("--repeat", type=int, default=20)
-    parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--budget", type=float, default=0.5)
-    parser.add_argument("--json", action="store_true")
-    args = parser.parse_args()
-    if args.worker:
-        worker()
-        return
-    results = measure(args)
-    print(json.dumps(results, indent=1) if args.json else table(results))
-
-
 if __name__ == "__main__":
-    main()
+    command_line(__doc__, worker, measure, table, repeat=20, rounds=3)

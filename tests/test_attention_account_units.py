@@ -6,8 +6,8 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from ascend_shim.commands import reports  # noqa: E402
-from ascend_shim.patches import attention_account as account  # noqa: E402
+from ascend_shim.commands.status import sections as reports  # noqa: E402
+from ascend_shim.patches.comfyui.reports import attention_account as account  # noqa: E402
 
 NEG_INF = float("-inf")
 

@@ -19,8 +19,11 @@ import sys
 import pytest
 
 import harness
-from ascend_shim.commands import bench_copies, bench_hccl, bench_step, cli
-from ascend_shim.commands import real_size_step as step
+from ascend_shim.commands.bench import copies as bench_copies
+from ascend_shim.commands.bench import hccl as bench_hccl
+from ascend_shim.commands.bench import step as bench_step
+from ascend_shim.commands import main as cli
+from ascend_shim.commands.bench import real_size_step as step
 
 pytestmark = pytest.mark.skipif(not harness.torch_available(), reason="torch is not installed")
 
@@ -223,7 +226,8 @@ def test_hccl_without_a_second_card_fails_in_one_line(tmp_path):
 
 def test_on_a_card_the_block_predicts_the_step_and_the_pinned_copys_saving():
     """What the bed never prints (it is simulated there): the real-size block as a card's run makes it."""
-    from ascend_shim.commands import calibration, calibration_report
+    from ascend_shim.commands.bench import calibration
+    from ascend_shim.commands.bench import calibration_report
 
     result = {"kit": "bench --real-size", "ascend_shim": "x", "sections": ["step", "copies"], "simulated": False,
               "emulation": None, "tiny": False, "dims": dict(step.REAL._asdict(), tokens=step.REAL.tokens),
@@ -280,7 +284,7 @@ def test_hccl_on_two_simulated_cards_one_process_each(tmp_path):
 def test_two_ranks_on_one_card_are_reported_not_waited_for(tmp_path):
     """HCCL refuses a second process on a card: the run says so, and no worker is left waiting."""
     script = tmp_path / "same_card.py"
-    script.write_text("import json\nfrom ascend_shim.commands import bench_hccl\n"
+    script.write_text("import json\nfrom ascend_shim.commands.bench import hccl as bench_hccl\n"
                       "spec = {'tokens': 64, 'heads': 2, 'head_dim': 128, 'hidden': 256, 'repeat': 1, 'warmup': 0,"
                       " 'timeout_s': 60}\nprint(json.dumps(bench_hccl.launch(['0', '0'], spec, 120)))\n")
     environment = harness.bed_env("ascend-cu130", extra_path=(str(harness.REPO),), TESTBED_NPU_COUNT="2")

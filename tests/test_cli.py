@@ -195,7 +195,8 @@ def test_no_npu_exit_code_is_3_for_selftest_and_bench(no_torch_python, bed_pytho
 
 
 def test_internal_error_is_one_line_and_exit_4(bed_python, tmp_path):
-    code = ("import sys\nfrom ascend_shim.commands import cli, status as status_cmd\n"
+    code = ("import sys\nfrom ascend_shim.commands import main as cli\n"
+            "from ascend_shim.commands.status import command as status_cmd\n"
             "def broken(options):\n    raise KeyError('boom')\n"
             "status_cmd.main = broken\nsys.exit(cli.main(['status']))\n")
     proc = harness.run([str(bed_python), "-c", code], harness.bed_env(machine=None), tmp_path)
@@ -246,7 +247,7 @@ def broken(*args, **kwargs):
     kwargs.pop("pertoken_scale", None)
     return real(*args, **kwargs)
 torch_npu.npu_quant_matmul = broken
-from ascend_shim.commands import cli
+from ascend_shim.commands import main as cli
 sys.exit(cli.main(["selftest"]))
 """
     proc = harness.run([str(bed_python), "-c", code], env, tmp_path)
@@ -280,7 +281,7 @@ def test_closed_or_narrow_stdout_is_not_an_internal_error(bed_python, tmp_path):
     narrow = cli(bed_python, ["doctor", "--comfyui", str(comfy)], tmp_path, env)
     assert narrow.returncode == 0 and no_traceback(narrow), narrow.stderr
     assert "0.30.2-\\u6607\\u817e" in narrow.stdout
-    code = "import sys, os; os.close(1); sys.stdout = None; from ascend_shim.commands import cli; sys.exit(cli.main(%r))"
+    code = "import sys, os; os.close(1); sys.stdout = None; from ascend_shim.commands import main as cli; sys.exit(cli.main(%r))"
     for args in (["status"], ["doctor", "--json", "--comfyui", str(comfy)]):
         closed = harness.run([str(bed_python), "-c", code % (args,)],
                              harness.bed_env("ascend-cu130", kitchen="0.2.40", extra_path=starts), tmp_path)

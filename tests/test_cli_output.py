@@ -18,9 +18,11 @@ import subprocess
 import pytest
 
 import harness
-from ascend_shim.commands import json_report as _json_report
-from ascend_shim.commands import bench, bench_rope
-from ascend_shim.commands import cli
+from ascend_shim.cli import json_report as _json_report
+from ascend_shim.commands.bench import layers as bench_layers
+from ascend_shim.commands.bench import timing as bench_timing
+from ascend_shim.commands.bench import rope as bench_rope
+from ascend_shim.commands import main as cli
 from ascend_shim.commands.selftest import report as selftest_report
 
 ZERO_ROW = "all-zero activation row, bf16 bias"
@@ -102,7 +104,7 @@ def test_bench_refuses_token_counts_the_device_cannot_hold(bed_python, tmp_path,
     assert proc.returncode == cli.USAGE and proc.stdout == ""
     (line,) = proc.stderr.splitlines()
     assert line.startswith("ascend_shim: bench: --m 99999999999 needs ")
-    layers = "|".join(re.escape(name) for name, _, _ in bench.LAYERS)
+    layers = "|".join(re.escape(name) for name, _, _ in bench_layers.LAYERS)
     assert re.search(r"needs [\d.]+ GiB for layer (%s), more than the [\d.]+ GiB " % layers, line), line
     assert line.endswith("give smaller token counts")
     assert "bug in the shim" not in line
@@ -127,16 +129,16 @@ def test_bench_default_run_on_the_emulated_npu_is_short_and_says_so(bed_python, 
     end = out.index("median of 1 run after 0 warm-up, on the emulated device (not an NPU)")
     first = out[1:out.index("")]  # the layer table; the _int_mm table follows it
     rows = [line for line in first if line.startswith("| ") and "layer" not in line]
-    assert len(rows) == len(bench.LAYERS) and all(" | 256 | " in row for row in rows)
+    assert len(rows) == len(bench_layers.LAYERS) and all(" | 256 | " in row for row in rows)
     # _int_mm both ways, side by side, bit-equal
     int_mm = [line for line in out[len(first) + 1:end] if line.startswith("| 256 | ")]
-    assert len(int_mm) == len(bench.INT_MM_SHAPES) and all(line.endswith("| True |") for line in int_mm)
+    assert len(int_mm) == len(bench_layers.INT_MM_SHAPES) and all(line.endswith("| True |") for line in int_mm)
     # the INT8 weight as .t() view, contiguous and NZ side by side, a table to paste into an issue
     layouts = out[end + 1:]
     assert layouts[:3] == ["", "INT8 weight layout, npu_quant_matmul alone, ms (emulated):",
-                           "| layer | M | K | N | %s |" % " | ".join(bench.WEIGHT_LAYOUTS)]
+                           "| layer | M | K | N | %s |" % " | ".join(bench_layers.WEIGHT_LAYOUTS)]
     cells = [line.split(" | ")[4:] for line in layouts[4:layouts.index("", 1)]]  # the RoPE table follows
-    assert len(cells) == len(bench.LAYERS)
+    assert len(cells) == len(bench_layers.LAYERS)
     assert all(re.fullmatch(r"\d+\.\d{3}", cell.strip(" |")) for row in cells for cell in row), layouts
     assert "device synchronised" not in proc.stdout
     # no comfy-kitchen on this bed: the RoPE comparison says why it did not run
@@ -176,14 +178,14 @@ def test_bench_times_kitchens_eager_rope_against_the_fused_one(bed_python, tmp_p
 def test_a_real_device_backend_is_not_taken_for_an_emulation():
     import torch
 
-    assert bench.emulation(torch, torch.device("cpu")) is None
+    assert bench_timing.emulation(torch, torch.device("cpu")) is None
 
 
 def test_bench_memory_need_counts_every_tensor_of_a_measurement():
     m, k, n = 10, 20, 30
     # weight + scale + its bf16 copy, x + codes + per-token scales, two bf16 outputs
-    assert bench.layer_bytes(m, k, n, True) == n * k + n * 4 + n * k * 2 + m * k * 3 + m * 4 + 2 * m * n * 2
-    assert bench.layer_bytes(m, k, n, False) == n * k + n * 4 + m * k * 3 + m * 4 + m * n * 2
+    assert bench_layers.layer_bytes(m, k, n, True) == n * k + n * 4 + n * k * 2 + m * k * 3 + m * 4 + 2 * m * n * 2
+    assert bench_layers.layer_bytes(m, k, n, False) == n * k + n * 4 + m * k * 3 + m * 4 + m * n * 2
 
 
 # --------------------------------------------------------------------------- the command line

@@ -183,7 +183,7 @@ def test_package_folder_detector_stays_out_of_the_wheel(shim_wheel):
     names = zipfile.ZipFile(shim_wheel).namelist()
     assert "ascend_shim/sitecustomize.py" not in names
     assert "ascend_shim._sitecustomize_chain.py" not in names  # no-install mode only
-    assert "ascend_shim/commands/cli.py" in names
+    assert "ascend_shim/commands/main.py" in names
 
 
 def test_editable_install_is_harmless_and_reported(tmp_path):

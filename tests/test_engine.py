@@ -328,7 +328,7 @@ def test_an_uninstalled_engine_hands_the_records_back(engine_with, target):
 
 
 def test_declared_reports_reach_status_and_its_text(engine_with, target):
-    from ascend_shim.commands import reports
+    from ascend_shim.commands.status import sections as reports
 
     def broken():
         raise KeyError("gone")

@@ -36,7 +36,7 @@ import json, logging, warnings
 import torch, torch_npu
 x = torch.ones(4, 8, dtype=torch.int8, device="npu")
 {run}
-from ascend_shim.commands import status as status_cmd
+from ascend_shim.commands.status import command as status_cmd
 text = status_cmd.render(status_cmd.collect([]), False)
 print(json.dumps({{"status": " ".join(text.split()), "rows": {{r["name"]: r["state"] for r in
                   __import__("ascend_shim").status()["patches"]}}}}))
@@ -98,7 +98,7 @@ SELFTEST = """
 import sys
 from testbed import npu_device
 npu_device.set_cpu_fallback_ops({"aten::mm"})  # a device with no kernel for aten::mm
-from ascend_shim.commands import cli
+from ascend_shim.commands import main as cli
 sys.exit(cli.main(["selftest", "--json"]))
 """
 
@@ -118,7 +118,7 @@ def test_selftest_fails_on_a_fallback_torch_npu_reports_on_stderr(bed_python, tm
 def test_status_without_an_npu_says_none(run_bed):
     code = """
     import json
-    from ascend_shim.commands import status as status_cmd
+    from ascend_shim.commands.status import command as status_cmd
     text = status_cmd.render(status_cmd.collect([]), False)
     print(json.dumps([line for line in text.splitlines() if "CPU fallbacks" in line]))
     """

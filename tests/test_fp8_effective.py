@@ -1,4 +1,4 @@
-"""ascend_shim.patches.fp8_effective from the settings alone, as doctor and status show it.
+"""ascend_shim.patches.comfyui.fp8.effective from the settings alone, as doctor and status show it.
 
 The live decision (which NPU INT8 path serves the layers) runs on the bed
 with real ComfyUI in tests/patches/test_fp8_real.py.
@@ -10,8 +10,8 @@ import pytest
 
 import harness
 from ascend_shim.startup import config as _config
-from ascend_shim.patches import fp8_effective
-from ascend_shim.commands import reports
+from ascend_shim.patches.comfyui.fp8 import effective as fp8_effective
+from ascend_shim.commands.status import sections as reports
 
 NAMED = "no NPU INT8 path is registered, so fp8 weights are decoded to bf16"
 

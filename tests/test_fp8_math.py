@@ -158,7 +158,8 @@ def test_quality_figures():
 
 
 def test_one_8bit_float_test_for_the_math_and_the_patches():
-    from ascend_shim.patches import fp8_dtypes, fp8_layer
+    from ascend_shim.patches.comfyui.fp8 import dtypes as fp8_dtypes
+    from ascend_shim.patches.comfyui.fp8 import layer as fp8_layer
 
     dtypes = [getattr(torch, n) for n in dir(torch) if isinstance(getattr(torch, n), torch.dtype)]
     for value in dtypes + [None, "float8_e4m3fn", 1]:

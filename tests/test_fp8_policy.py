@@ -1,8 +1,8 @@
-"""ascend_shim.patches.fp8_policy: which form fp8 weights take, per ASCEND_SHIM_FP8 and SoC."""
+"""ascend_shim.patches.comfyui.fp8.policy: which form fp8 weights take, per ASCEND_SHIM_FP8 and SoC."""
 
 import pytest
 
-from ascend_shim.patches import fp8_policy
+from ascend_shim.patches.comfyui.fp8 import policy as fp8_policy
 
 
 @pytest.mark.parametrize("setting, soc, form", [

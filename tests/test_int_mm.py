@@ -7,8 +7,6 @@ are reported here one by one. The patch itself (``int_mm``: engine, config,
 status) is checked in fresh interpreters of a venv with the shim installed.
 """
 
-import json
-import os
 import sys
 from pathlib import Path
 
@@ -16,10 +14,11 @@ import pytest
 import torch
 
 TESTS = Path(__file__).resolve().parent
-REPO = TESTS.parent
 sys.path.insert(0, str(TESTS))
 
-INNER = os.environ.get("TESTBED_INNER") == "int_mm"
+import kernel_files  # noqa: E402  (beside this file)
+
+INNER = kernel_files.inner("int_mm")
 
 if INNER:
     import torch_npu  # noqa: F401  (the simulated device)
@@ -392,19 +391,8 @@ if INNER:
         pass
 
 else:
-    import harness
-    from testbed import machine
-
-    @pytest.fixture(scope="module")
-    def checks():
-        path = os.pathsep.join([machine.BOOT_DIR, machine.TESTS_DIR, str(REPO)])
-        return machine.run_pytest(__file__, kind="ascend-cu130", env={
-            "TESTBED_INNER": "int_mm", "TORCH_NPU_FALLBACK_CPU_DISABLE": "1", "ASCEND_SHIM": "0",
-            "PYTHONPATH": path}, timeout=300)
-
-    @pytest.mark.parametrize("name", CHECKS)
-    def test_int_mm(checks, name):
-        checks.check(name)
+    checks = kernel_files.checks_in_a_child(__file__, "int_mm")
+    test_int_mm = kernel_files.each_check(CHECKS)
 
     # ------------------------------------------------------------ the patch
 
@@ -444,10 +432,7 @@ else:
         print(json.dumps(out))
     """
 
-    def _patch_run(run_bed, **env):
-        proc = run_bed(PATCH_SCENARIO, kitchen="0.2.40", **env)
-        assert proc.returncode == 0, proc.stderr[-3000:]
-        return harness.last_json(proc)
+    _patch_run = kernel_files.scenario_runner(PATCH_SCENARIO, kitchen="0.2.40")
 
     def test_patch_serves_every_caller_on_the_device(run_bed):
         out = _patch_run(run_bed)

@@ -7,7 +7,6 @@ one by one; the patch (engine, status, removal) runs in fresh interpreters.
 """
 
 import json
-import os
 import sys
 from pathlib import Path
 
@@ -15,10 +14,11 @@ import pytest
 import torch
 
 TESTS = Path(__file__).resolve().parent
-REPO = TESTS.parent
 sys.path.insert(0, str(TESTS))
 
-INNER = os.environ.get("TESTBED_INNER") == "rms_norm"
+import kernel_files  # noqa: E402  (beside this file)
+
+INNER = kernel_files.inner("rms_norm")
 
 if INNER:
     import torch_npu
@@ -147,19 +147,8 @@ if INNER:
         pass
 
 else:
-    import harness
-    from testbed import machine
-
-    @pytest.fixture(scope="module")
-    def checks():
-        path = os.pathsep.join([machine.BOOT_DIR, machine.TESTS_DIR, str(REPO)])
-        return machine.run_pytest(__file__, kind="ascend-cu130", env={
-            "TESTBED_INNER": "rms_norm", "TORCH_NPU_FALLBACK_CPU_DISABLE": "1", "ASCEND_SHIM": "0",
-            "PYTHONPATH": path}, timeout=300)
-
-    @pytest.mark.parametrize("name", CHECKS)
-    def test_rms_norm(checks, name):
-        checks.check(name)
+    checks = kernel_files.checks_in_a_child(__file__, "rms_norm")
+    test_rms_norm = kernel_files.each_check(CHECKS)
 
     PATCH_SCENARIO = """
         import json, sys, warnings
@@ -183,10 +172,7 @@ else:
         print(json.dumps(out))
     """
 
-    def _patch_run(run_bed, **env):
-        proc = run_bed(PATCH_SCENARIO, kitchen="0.2.27", **env)
-        assert proc.returncode == 0, proc.stderr[-3000:]
-        return harness.last_json(proc)
+    _patch_run = kernel_files.scenario_runner(PATCH_SCENARIO, kitchen="0.2.27")
 
     def test_patch_serves_f_rms_norm_on_the_device_and_is_removable(run_bed):
         out = _patch_run(run_bed)

@@ -9,7 +9,6 @@ engine, ``ASCEND_SHIM_DISABLE``, no NPU) runs in fresh interpreters of a venv
 with the shim installed.
 """
 
-import os
 import sys
 from pathlib import Path
 
@@ -17,10 +16,11 @@ import pytest
 import torch
 
 TESTS = Path(__file__).resolve().parent
-REPO = TESTS.parent
 sys.path.insert(0, str(TESTS))
 
-INNER = os.environ.get("TESTBED_INNER") == "sampler_ops"
+import kernel_files  # noqa: E402  (beside this file)
+
+INNER = kernel_files.inner("sampler_ops")
 SERVED = {"aten::_linalg_solve_ex", "aten::lgamma", "aten::lgamma_"}
 
 if INNER:
@@ -235,19 +235,8 @@ if INNER:
         pass
 
 else:
-    import harness
-    from testbed import machine
-
-    @pytest.fixture(scope="module")
-    def checks():
-        path = os.pathsep.join([machine.BOOT_DIR, machine.TESTS_DIR, str(REPO)])
-        return machine.run_pytest(__file__, kind="ascend-cu130", env={
-            "TESTBED_INNER": "sampler_ops", "TORCH_NPU_FALLBACK_CPU_DISABLE": "1", "ASCEND_SHIM": "0",
-            "PYTHONPATH": path}, timeout=300)
-
-    @pytest.mark.parametrize("name", CHECKS)
-    def test_sampler_ops(checks, name):
-        checks.check(name)
+    checks = kernel_files.checks_in_a_child(__file__, "sampler_ops")
+    test_sampler_ops = kernel_files.each_check(CHECKS)
 
     # ------------------------------------------------------------ the patch
 
@@ -279,10 +268,7 @@ else:
         print(json.dumps(out))
     """
 
-    def _patch_run(run_bed, **env):
-        proc = run_bed(PATCH_SCENARIO, **env)
-        assert proc.returncode == 0, proc.stderr[-3000:]
-        return harness.last_json(proc)
+    _patch_run = kernel_files.scenario_runner(PATCH_SCENARIO)
 
     def test_patch_serves_the_samplers_ops_on_the_device(run_bed):
         out = _patch_run(run_bed)

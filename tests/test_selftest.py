@@ -60,7 +60,7 @@ DEVICE_CORRUPTIONS = {
 }
 
 RUN_SELFTEST = """
-from ascend_shim.commands import cli
+from ascend_shim.commands import main as cli
 sys.exit(cli.main(["selftest", "--json"]))
 """
 # the device's float GEMM (the fallback's F.linear) leaves out the last 16 columns of K

@@ -20,7 +20,7 @@ import pytest
 
 import harness
 from ascend_shim.engine import patching
-from ascend_shim.patches import _wraps
+from ascend_shim.patches.shared import wraps as _wraps
 
 SYNCHRONIZE_IS_NONE = '''
 import importlib.machinery, json, sys

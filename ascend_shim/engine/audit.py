@@ -13,7 +13,7 @@ runs its ``structured_delegate`` (torchgen's ``native_functions.yaml``), which
 needs a PrivateUse1 kernel; anything else is torch_npu's ``npu_cpu_fallback``.
 
 A ``TorchDispatchMode`` is pushed only while a prompt runs with the audit on
-(patches/audit.py); off, nothing here is imported. A verdict is kept per op
+(patches/comfyui/reports/audit.py); off, nothing here is imported. A verdict is kept per op
 overload, so an op with a kernel and no dtype rule costs one dict lookup. The
 mode never changes a result: it calls each op as it came (or its own
 decomposition, which the backend would run), and an internal error switches
@@ -179,7 +179,7 @@ class Watch:
     """What the mode saw during one prompt."""
 
     def __init__(self, dtype_only: bool = False) -> None:
-        self.dtype_only = dtype_only  # the dtype table alone (patches/vae_dtype.py)
+        self.dtype_only = dtype_only  # the dtype table alone (patches/comfyui/loading/vae_dtype.py)
         self.calls = 0
         self.findings: collections.Counter = collections.Counter()  # (kind, op, detail, frame) -> n
         self.error: Optional[str] = None

@@ -1,46 +1,49 @@
 """The patch units, in the order they apply when their modules load.
 
-Each module defines one ``PATCH``; see ``ascend_shim.engine.patching.Patch``.
+Each module defines one ``PATCH`` (see ``ascend_shim.engine.patching.Patch``) and
+lives in the folder of the code it changes:
+
+- ``torch_npu/``  torch_npu and torch's dispatcher: the NPU kernels for ops torch_npu
+  lacks, its allocator setting, its CPU-fallback warnings;
+- ``kitchen/``    comfy-kitchen: the INT8 backends and their order;
+- ``comfyui/``    ComfyUI: ``device/`` (which card, which probes), ``loading/``
+  (checkpoints and models moving to the card), ``fp8/`` (fp8 weights on a card
+  without fp8), ``reports/`` (what a prompt did, said in the console and ``status``);
+- ``raylight/``   raylight, with the xfuser and yunchang code it runs on its workers;
+- ``shared/``     what the groups share: when a patch acts (guards), how it wraps.
+
+A patch's ``name`` (what ``status`` prints and ``ASCEND_SHIM_DISABLE`` takes) is
+not its module's path: moving a module never changes it.
 """
 
-from ascend_shim.patches import (
-    alloc_conf,
-    alloc_conf_withdraw,
-    announce,
-    attention_account,
-    audit,
+from ascend_shim.patches.comfyui.device import (
     bf16_legacy,
     compute_probes,
-    cpu_fallbacks,
     default_card,
     device_list,
-    fp8_dtypes,
-    fp8_layer,
-    fp8_loader_options,
-    fp8_state_dict,
     import_constants,
     int8_compute,
-    int_mm,
     is_nvidia,
-    kitchen_int8,
-    kitchen_priority,
     memory_summary,
-    mmap,
-    model_moves,
     oom,
-    prompt_report,
-    raylight_attention,
-    raylight_nodes,
-    raylight_ranks,
-    raylight_workers,
-    raylight_xfuser,
-    rms_norm,
-    sampler_ops,
     synchronize,
     thread_device,
-    vae_dtype,
-    yunchang_sync,
 )
+from ascend_shim.patches.comfyui.fp8 import dtypes as fp8_dtypes
+from ascend_shim.patches.comfyui.fp8 import layer as fp8_layer
+from ascend_shim.patches.comfyui.fp8 import loader_options as fp8_loader_options
+from ascend_shim.patches.comfyui.fp8 import state_dict as fp8_state_dict
+from ascend_shim.patches.comfyui.loading import mmap, model_moves, vae_dtype
+from ascend_shim.patches.comfyui.reports import announce, attention_account, audit, prompt_report
+from ascend_shim.patches.kitchen import int8 as kitchen_int8
+from ascend_shim.patches.kitchen import priority as kitchen_priority
+from ascend_shim.patches.raylight import attention as raylight_attention
+from ascend_shim.patches.raylight import nodes as raylight_nodes
+from ascend_shim.patches.raylight import ranks as raylight_ranks
+from ascend_shim.patches.raylight import workers as raylight_workers
+from ascend_shim.patches.raylight import xfuser as raylight_xfuser
+from ascend_shim.patches.raylight import yunchang as yunchang_sync
+from ascend_shim.patches.torch_npu import alloc_conf, alloc_conf_withdraw, cpu_fallbacks, int_mm, rms_norm, sampler_ops
 
 PATCHES = [
     alloc_conf.PATCH,

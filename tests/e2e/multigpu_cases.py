@@ -31,7 +31,7 @@ import sys
 import threading
 import time
 
-from testbed.absent_packages import stand_in_for
+from comfyui_start import start_comfyui
 
 parser = argparse.ArgumentParser()
 parser.add_argument("comfy_dir")
@@ -50,12 +50,7 @@ FLAGS = sys.argv[split + 1:]
 log_stream = io.StringIO()
 logging.basicConfig(level=logging.INFO, stream=log_stream, format="%(name)s %(levelname)s %(message)s")
 report: dict = {"runs": {}}
-sys.path.insert(0, OPTS.comfy_dir)
-sys.argv = [os.path.join(OPTS.comfy_dir, "main.py")] + FLAGS
-stand_in_for(("torchvision", "torchaudio"))
-import comfy.options  # noqa: E402
-
-comfy.options.enable_args_parsing()
+start_comfyui(OPTS.comfy_dir, FLAGS)
 import comfy.model_management as mm  # noqa: E402
 import torch  # noqa: E402
 import torch_npu  # noqa: E402

@@ -40,7 +40,7 @@ import os
 import sys
 import time
 
-from testbed.absent_packages import stand_in_for
+from comfyui_start import start_comfyui
 
 START = time.monotonic()
 parser = argparse.ArgumentParser()
@@ -79,12 +79,7 @@ def error_text(exc):
 
 # --------------------------------------------------------------------------- start ComfyUI
 
-sys.path.insert(0, OPTS.comfy_dir)
-sys.argv = [os.path.join(OPTS.comfy_dir, "main.py")]
-report["stand_ins"] = stand_in_for(("torchvision", "torchaudio"))
-import comfy.options  # noqa: E402
-
-comfy.options.enable_args_parsing()
+report["stand_ins"] = start_comfyui(OPTS.comfy_dir)
 import comfy.model_management as mm  # noqa: E402
 import torch  # noqa: E402
 

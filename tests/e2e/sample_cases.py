@@ -33,7 +33,7 @@ import os
 import sys
 import time
 
-from testbed.absent_packages import stand_in_for
+from comfyui_start import start_comfyui
 
 START = time.monotonic()
 parser = argparse.ArgumentParser()
@@ -75,19 +75,14 @@ def error_line(exc):
 
 # --------------------------------------------------------------------------- start ComfyUI
 
-sys.path.insert(0, OPTS.comfy_dir)
-sys.argv = [os.path.join(OPTS.comfy_dir, "main.py")] + FLAGS
 if OPTS.npu_schemas:  # before comfy-kitchen loads: its ascend backend reads the schemas at import
     import torch_npu
 
     from testbed import torch_ops_packets
 
     packets = torch_ops_packets.serve_from_file(torch_npu, OPTS.npu_schemas)
-report["stand_ins"] = stand_in_for(("torchvision", "torchaudio"))
 try:
-    import comfy.options
-
-    comfy.options.enable_args_parsing()
+    report["stand_ins"] = start_comfyui(OPTS.comfy_dir, FLAGS)
     import comfy.model_management as mm  # what main.py imports first; it picks the device
 except BaseException as exc:  # the ASCEND_SHIM=0 leg: ComfyUI stops here
     report["startup"] = error_line(exc)
@@ -126,7 +121,7 @@ if "ascend_shim.engine.runner" in sys.modules:
     report["shim"] = {row["name"]: row["state"] for row in ascend_shim.status()["patches"]}
 
 
-ACCOUNT = "ascend_shim.patches.attention_account"
+ACCOUNT = "ascend_shim.patches.comfyui.reports.attention_account"
 
 
 def reset_counters():

@@ -24,11 +24,9 @@ can bound the shim's arithmetic on exactly those inputs. Prints one JSON object.
 
 import argparse
 import json
-import os
-import sys
 import time
 
-from testbed.absent_packages import stand_in_for
+from comfyui_start import start_comfyui
 
 START = time.monotonic()
 parser = argparse.ArgumentParser()
@@ -36,12 +34,7 @@ parser.add_argument("comfy_dir")
 parser.add_argument("--steps", type=int, default=8)
 OPTS = parser.parse_args()
 
-sys.path.insert(0, OPTS.comfy_dir)
-sys.argv = [os.path.join(OPTS.comfy_dir, "main.py")]
-stand_in_for(("torchvision", "torchaudio"))
-import comfy.options  # noqa: E402
-
-comfy.options.enable_args_parsing()
+start_comfyui(OPTS.comfy_dir)
 import comfy.model_management as mm  # noqa: E402
 import torch  # noqa: E402
 import torch_npu  # noqa: E402,F401

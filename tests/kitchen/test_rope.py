@@ -182,7 +182,7 @@ def test_the_cache_builds_once_rebuilds_on_change_and_forgets_freed_tensors():
 
 def test_status_shows_what_the_fused_rope_served_and_left_to_eager():
     pytest.importorskip("torch")
-    from ascend_shim.commands import reports
+    from ascend_shim.commands.status import sections as reports
     from ascend_shim.kitchen import rope
 
     rope.COUNTERS.reset()

@@ -19,7 +19,6 @@ per prompt (its CPU fallbacks and dtype-table findings), the audit's status
 section and the seconds per prompt; the node's outputs are saved to ``<out-dir>/outputs.pt``.
 """
 
-import importlib.util
 import io
 import json
 import logging
@@ -37,19 +36,9 @@ ALTERNATE = "--alternate" in OPTIONS  # benchmarks/audit.py: odd prompts run und
 
 log_stream = io.StringIO()
 logging.basicConfig(level=logging.INFO, stream=log_stream, format="%(name)s %(levelname)s %(message)s")
-sys.path.insert(0, COMFY_DIR)
-sys.argv = [os.path.join(COMFY_DIR, "main.py")] + sys.argv[split + 1:]
-import comfy.options  # noqa: E402
+from comfyui_start import start_comfyui  # noqa: E402
 
-comfy.options.enable_args_parsing()
-import comfy.cli_args  # noqa: E402,F401
-
-if importlib.util.find_spec("cuda_malloc"):
-    import cuda_malloc  # noqa: E402,F401
-from testbed.absent_packages import stand_in_for  # noqa: E402
-
-stand_in_for(("torchvision", "torchaudio"))
-import comfy.utils  # noqa: E402,F401
+start_comfyui(COMFY_DIR, sys.argv[split + 1:], cuda_malloc=True)
 import comfy.model_management as mm  # noqa: E402
 import torch  # noqa: E402
 
@@ -130,7 +119,7 @@ for index in range(PROMPTS):
         from ascend_shim.engine import audit
 
         start = time.perf_counter()
-        mode = audit.start()  # what patches/audit.py does around execute, timed with it
+        mode = audit.start()  # what patches/comfyui/reports/audit.py does around execute, timed with it
         executor.execute({"1": {"class_type": "AuditProbe", "inputs": {"seed": 0}}}, "prompt-%d" % index, {}, ["1"])
         aten_calls = audit.stop(mode).calls
         seconds.append(time.perf_counter() - start)

@@ -26,21 +26,13 @@ FLAGS = sys.argv[sys.argv.index("--") + 1:] if "--" in sys.argv else []
 log_stream = io.StringIO()
 logging.basicConfig(level=logging.INFO, stream=log_stream, format="%(name)s %(levelname)s %(message)s")
 
-sys.path.insert(0, COMFY_DIR)
-sys.argv = [os.path.join(COMFY_DIR, "main.py")] + FLAGS
 # main.py's order up to the model code, without its server: arguments parsed,
 # cuda_malloc (PYTORCH_CUDA_ALLOC_CONF) before torch, then comfy.utils, which
 # brings torch, comfy.model_management (torch_npu) and, where they exist,
 # comfy.quant_ops (comfy_kitchen) and comfy.ops
-import comfy.options  # noqa: E402
+from comfyui_start import start_comfyui  # noqa: E402
 
-comfy.options.enable_args_parsing()
-import comfy.cli_args  # noqa: E402,F401
-
-if importlib.util.find_spec("cuda_malloc"):
-    import cuda_malloc  # noqa: E402,F401
-import comfy.utils  # noqa: E402,F401
-import comfy.model_management  # noqa: E402,F401
+start_comfyui(COMFY_DIR, FLAGS, cuda_malloc=True, stand_ins=())
 import comfy.ops  # noqa: E402,F401
 
 import torch  # noqa: E402
@@ -157,9 +149,9 @@ def attention_paths():
             close[name] = bool(torch.equal(got.isnan(), want.isnan())
                                and torch.allclose(got.nan_to_num(), want.nan_to_num(), atol=2e-2))
     account = None
-    if "ascend_shim.patches.attention_account" in sys.modules:
+    if "ascend_shim.patches.comfyui.reports.attention_account" in sys.modules:
         # an account that counted nothing is what a run without the shim has: none
-        account = sys.modules["ascend_shim.patches.attention_account"].report()["by_reason"] or None
+        account = sys.modules["ascend_shim.patches.comfyui.reports.attention_account"].report()["by_reason"] or None
     return {"paths": paths, "close": close, "account": account}
 
 

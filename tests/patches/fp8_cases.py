@@ -22,17 +22,11 @@ import tempfile
 import time
 import traceback
 
-from testbed.absent_packages import stand_in_for  # noqa: E402
+from comfyui_start import start_comfyui  # noqa: E402
 
 COMFY_DIR = sys.argv[1]
 FLAGS = sys.argv[sys.argv.index("--") + 1:] if "--" in sys.argv else []
-stand_in_for(("torchvision", "torchaudio"))  # real comfy.sd imports them; no build for this torch
-sys.path.insert(0, COMFY_DIR)
-sys.argv = [os.path.join(COMFY_DIR, "main.py")] + FLAGS
-
-import comfy.options  # noqa: E402
-
-comfy.options.enable_args_parsing()
+start_comfyui(COMFY_DIR, FLAGS)  # real comfy.sd imports torchvision/torchaudio: stood in for
 import comfy.model_management as mm  # noqa: E402
 import torch  # noqa: E402
 import safetensors.torch  # noqa: E402

@@ -14,17 +14,13 @@ applied, then with them removed (``engine.remove``). Prints one JSON object.
 
 import inspect
 import json
-import os
 import sys
 import warnings
 
 COMFY_DIR = sys.argv[1]
-sys.path.insert(0, COMFY_DIR)
-sys.argv = [os.path.join(COMFY_DIR, "main.py")]
+from comfyui_start import start_comfyui  # noqa: E402
 
-import comfy.options  # noqa: E402
-
-comfy.options.enable_args_parsing()
+start_comfyui(COMFY_DIR, stand_ins=())
 import comfy.model_management as mm  # noqa: E402
 import comfy.ops  # noqa: E402
 import torch  # noqa: E402

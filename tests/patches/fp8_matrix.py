@@ -31,12 +31,9 @@ import warnings
 
 COMFY_DIR = sys.argv[1]
 AS_STARTED = "--as-started" in sys.argv
-sys.path.insert(0, COMFY_DIR)
-sys.argv = [os.path.join(COMFY_DIR, "main.py")]
+from comfyui_start import start_comfyui  # noqa: E402
 
-import comfy.options  # noqa: E402
-
-comfy.options.enable_args_parsing()
+start_comfyui(COMFY_DIR, stand_ins=())
 import comfy.model_management as mm  # noqa: E402
 import comfy.ops  # noqa: E402
 import comfy.quant_ops  # noqa: E402
@@ -47,8 +44,8 @@ import torch_npu  # noqa: E402
 
 from ascend_shim.startup import config as _config  # noqa: E402
 from ascend_shim.startup import hook  # noqa: E402
-from ascend_shim.patches import fp8_effective  # noqa: E402
-from ascend_shim.patches import int8_gaps  # noqa: E402
+from ascend_shim.patches.comfyui.fp8 import effective as fp8_effective  # noqa: E402
+from ascend_shim.patches.kitchen import int8_gaps  # noqa: E402
 from testbed import npu_device  # noqa: E402
 
 warnings.simplefilter("ignore")  # torch_npu's fallback warning: the bed counts fallbacks itself

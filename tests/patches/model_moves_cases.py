@@ -1,4 +1,4 @@
-"""ComfyUI prompts that load a model onto the device and unload it, for patches/model_moves.
+"""ComfyUI prompts that load a model onto the device and unload it, for patches/comfyui/loading/model_moves.
 
     python model_moves_cases.py <comfyui-dir> [--prompts N] [-- <ComfyUI flags>]
 
@@ -10,11 +10,9 @@ one JSON object: the patch's row, where the weights were during and after the no
 ``model_moves`` section and the log lines the shim wrote.
 """
 
-import importlib.util
 import io
 import json
 import logging
-import os
 import sys
 
 COMFY_DIR = sys.argv[1]
@@ -24,18 +22,9 @@ PROMPTS = int(OPTIONS[OPTIONS.index("--prompts") + 1]) if "--prompts" in OPTIONS
 
 log_stream = io.StringIO()
 logging.basicConfig(level=logging.INFO, stream=log_stream, format="%(name)s %(levelname)s %(message)s")
-sys.path.insert(0, COMFY_DIR)
-sys.argv = [os.path.join(COMFY_DIR, "main.py")] + sys.argv[split + 1:]
-import comfy.options  # noqa: E402
+from comfyui_start import start_comfyui  # noqa: E402
 
-comfy.options.enable_args_parsing()
-import comfy.cli_args  # noqa: E402,F401
-
-if importlib.util.find_spec("cuda_malloc"):
-    import cuda_malloc  # noqa: E402,F401
-from testbed.absent_packages import stand_in_for  # noqa: E402
-
-stand_in_for(("torchvision", "torchaudio"))
+start_comfyui(COMFY_DIR, sys.argv[split + 1:], cuda_malloc=True)
 import comfy.model_management as mm  # noqa: E402
 import comfy.model_patcher  # noqa: E402
 import torch  # noqa: E402

@@ -12,7 +12,7 @@ import ast
 
 from comfy_runs import NEWEST, comfy_run, ok  # noqa: F401
 
-ACCOUNT = "ascend_shim.patches.attention_account"
+ACCOUNT = "ascend_shim.patches.comfyui.reports.attention_account"
 FUSED_WITHOUT_SHIM = {"no_mask", "bool_mask"}
 CASES = ("no_mask", "neg_inf_mask", "neg_inf_mask_again", "finfo_mask", "masked_out_row", "bool_mask",
          "head_dim_576", "fp32_head_dim_30")

@@ -1,4 +1,4 @@
-"""The audit around prompts of the users' ComfyUI (v0.30.0), on the simulated 910B (patches/audit.py).
+"""The audit around prompts of the users' ComfyUI (v0.30.0), on the simulated 910B (patches/comfyui/reports/audit.py).
 
 ``audit_cases.py`` runs a one-node prompt through ``execution.PromptExecutor``
 twice; the node runs ComfyUI's own ``uni_pc`` sampler (whose

@@ -1,4 +1,4 @@
-"""ComfyUI's model loads and unloads on the NPU, per prompt, in ``status`` (patches/model_moves.py).
+"""ComfyUI's model loads and unloads on the NPU, per prompt, in ``status`` (patches/comfyui/loading/model_moves.py).
 
 ``model_moves_cases.py`` runs two prompts through ``execution.PromptExecutor`` of a real ComfyUI;
 each loads an 8 MiB model with ComfyUI's own ``load_models_gpu`` and unloads it with

@@ -1,4 +1,4 @@
-"""A VAE that --bf16-vae / --fp16-vae force outside torch_npu's dtype table is named (patches/vae_dtype.py).
+"""A VAE that --bf16-vae / --fp16-vae force outside torch_npu's dtype table is named (patches/comfyui/loading/vae_dtype.py).
 
 The users' ComfyUI (v0.30.0): its own MiniMax-H3 audio VAE (tiny, seeded, detected from its
 state dict by ``comfy.sd.VAE``, ``vae_dtype_cases.py``) declares float32 only; one interpreter

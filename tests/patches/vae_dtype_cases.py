@@ -17,11 +17,9 @@ finding and what the simulated machine itself recorded outside torch_npu's
 dtype table.
 """
 
-import importlib.util
 import io
 import json
 import logging
-import os
 import sys
 
 COMFY_DIR = sys.argv[1]
@@ -30,20 +28,9 @@ split = sys.argv.index("--") if "--" in sys.argv else len(sys.argv)
 SETTINGS = ("", "--fp16-vae", "--bf16-vae")  # the last one's finding stays kept, for doctor
 log_stream = io.StringIO()
 logging.basicConfig(level=logging.INFO, stream=log_stream, format="%(name)s %(levelname)s %(message)s")
-sys.path.insert(0, COMFY_DIR)
-sys.argv = [os.path.join(COMFY_DIR, "main.py")] + sys.argv[split + 1:]
-import comfy.options  # noqa: E402
+from comfyui_start import start_comfyui  # noqa: E402
 
-comfy.options.enable_args_parsing()
-import comfy.cli_args  # noqa: E402,F401
-
-if importlib.util.find_spec("cuda_malloc"):
-    import cuda_malloc  # noqa: E402,F401
-from testbed.absent_packages import stand_in_for  # noqa: E402
-
-stand_in_for(("torchvision", "torchaudio"))
-import comfy.utils  # noqa: E402,F401
-import comfy.model_management  # noqa: E402,F401
+start_comfyui(COMFY_DIR, sys.argv[split + 1:], cuda_malloc=True)
 import torch  # noqa: E402
 
 import comfy.sd  # noqa: E402

@@ -27,7 +27,7 @@ import argparse
 import warnings
 from typing import Any, Callable
 
-from ascend_shim.commands import json_report as _json_report
+from ascend_shim.cli import json_report as _json_report
 
 PASSED = 0
 FAILED = 1
@@ -84,7 +84,7 @@ def run() -> dict:
     fallbacks = sorted(set(_fallbacks(caught)) | set(native))
     checks.append({"name": "no CPU fallback", "fallbacks": fallbacks, "passed": not fallbacks})
     info = report.versions(torch, torch_npu, device)
-    from ascend_shim.commands.hardware import emulation
+    from ascend_shim.cli.hardware import emulation
 
     info["emulated"] = emulation(torch, device)
     return {"npu": True, "device": info["device"], "torch_npu": info["torch_npu"], "versions": info,

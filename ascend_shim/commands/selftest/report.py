@@ -6,7 +6,7 @@ from typing import Any
 from ascend_shim.commands.selftest.cases import KITCHEN_ABSENT
 from ascend_shim.commands.selftest.checks import COSINE_MIN, REL_MAE_MAX
 from ascend_shim.commands.selftest.recording import call_text
-from ascend_shim.commands.text import fill
+from ascend_shim.cli.text import fill
 from ascend_shim.engine.versions import distribution
 
 

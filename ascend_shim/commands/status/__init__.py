@@ -1,0 +1,1 @@
+"""``python -m ascend_shim status``: is the shim installed, and what does it patch here."""

@@ -1,0 +1,1 @@
+"""Patches to ComfyUI (``comfy.*``, ``execution``), grouped by what they serve."""
