@@ -95,7 +95,8 @@ class Server:
 
 executor = execution.PromptExecutor(Server(), cache_type=execution.CacheType.NONE,
                                     cache_args={"lru": 0, "ram": 0, "ram_inactive": 0})
-audit_code = {os.path.join("ascend_shim", "engine", "audit.py"), os.path.join("ascend_shim", "patches", "audit.py"),
+audit_code = {os.path.join("ascend_shim", "engine", "audit.py"),
+              os.path.join("ascend_shim", "patches", "comfyui", "reports", "audit.py"),
               os.path.join("ascend_shim", "engine", "dtype_table.py")}
 calls_into_audit = {"n": 0}
 
