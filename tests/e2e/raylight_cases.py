@@ -15,7 +15,8 @@ and runs the cases asked for, in order, each architecture of ``--arch`` in turn:
               and its HCCL self-test), then for each architecture on those workers RayUNETLoader ->
               XFuserKSamplerAdvanced, the latent saved as ``rayN-<arch>.pt``, and (MiniMax-H3) the
               video VAE decodes it here (VAEDecode); each worker reports its card, its ops and
-              collectives (the bed's counters) per architecture; then RayKill
+              collectives (the bed's counters) per architecture; then RayKill. Right after
+              RayInitializer returns: what raylight's HCCL self-test left behind (comm_test below)
   rayN@a+b    the same through RayInitializerAdvanced with GPU_SELECT "a,b" (the cards to use)
   ring        RayInitializer with ring_degree 2: refused before anything starts
   heads       right after ``ray4`` (its workers): a MiniMax-H3 of 6 heads, which Ulysses 4 cannot
@@ -33,10 +34,12 @@ ASCEND_RT_VISIBLE_DEVICES, which the bed's torch_npu reads. Prints one JSON obje
 
 import argparse
 import asyncio
+import glob
 import io
 import json
 import logging
 import os
+import re
 import sys
 import time
 
@@ -194,6 +197,70 @@ def start_counting(actor):
     return ray.get(actor.__ray_call__.remote(reset), timeout=120)
 
 
+COMM_LINE = re.compile(r"^\[Rank (\d+)\] COMM test passed \u2705 \(result=(.*)\)$", re.M)
+
+
+def comm_test(wait=30.0):
+    """raylight's HCCL self-test, as its actors left it in files nothing folds or drops.
+
+    Inside RayInitializer (``skip_comm_test=False``), raylight's ``ray_nccl_tester`` starts one
+    ``RayCOMMTester`` actor per rank, named ``RayTest:<rank>``; each joins the process group
+    (the shim makes it HCCL), all-reduces ``rank + 1`` on its card and prints
+    ``[Rank r] COMM test passed ✅ (result=...)``; raylight waits for every one to be ready, then
+    has them exit. This process's own stdout gets those lines only through Ray's log monitor:
+    later, and folded into one "[repeated Nx across cluster]" line when they differ only in
+    numbers (RAY_DEDUP_LOGS, on by default), so it proves nothing. Read instead, per actor:
+
+    * Ray's actor table (GCS), which keeps dead actors: each ``RayTest:<rank>``'s pid and state
+      (``ray.util.state`` would need the dashboard, which raylight starts without);
+    * the actor's own stdout, ``<RAYLIGHT_RAY_TMPDIR>/ray/session_latest/logs/worker-<id>-<job>-<pid>.out``
+      (raylight's temporary folder holds this session alone: it empties it before ``ray.init``).
+      Ray's worker writes it unbuffered (default_worker.py: ``open_log(..., unbuffered=True)``,
+      a flush per write), so a line printed in ``__init__`` is there before raylight's
+      ``__ray_ready__`` returns; the files are still polled up to ``wait`` seconds. Ray 2.60
+      marks the file ``:actor_name:<class>`` (the class, RayCOMMTester, not the actor's name:
+      the pid links the two);
+    * the bed's HCCL journal (``TESTBED_HCCL_JOURNAL``, testbed/hccl.py): the collectives that
+      pid issued, on which physical card.
+
+    ``{"ranks": {rank: [{"actor", "state", "pid", "line", "result", "markers", "hccl"}, ...]},
+    "testers": n, "logs": folder}``; no ``RayTest`` actor (``skip_comm_test=True``): no ranks.
+    """
+    try:
+        from ray._private import state
+
+        testers = {info["Pid"]: {"actor": info["Name"], "state": info["State"]} for info in state.actors().values()
+                   if str(info.get("Name") or "").startswith("RayTest:")}
+        logs = os.path.join(os.environ["RAYLIGHT_RAY_TMPDIR"], "ray", "session_latest", "logs")
+        journal = os.environ.get("TESTBED_HCCL_JOURNAL")
+        deadline = time.monotonic() + wait
+        while True:
+            ranks, lined = {}, set()
+            for path in sorted(glob.glob(os.path.join(logs, "worker-*.out"))):
+                pid = int(os.path.basename(path)[:-len(".out")].rsplit("-", 1)[1])
+                with open(path, encoding="utf-8", errors="replace") as log:
+                    text = log.read()
+                for match in COMM_LINE.finditer(text):
+                    lined.add(pid)
+                    ranks.setdefault(match.group(1), []).append(dict(
+                        testers.get(pid, {"actor": None, "state": None}), pid=pid, line=match.group(0),
+                        result=float(match.group(2)), markers=re.findall(r"^:actor_name:(.*)$", text, re.M)))
+            if set(testers) <= lined or time.monotonic() > deadline:
+                break
+            time.sleep(0.2)
+        for seen in ranks.values():
+            for one in seen:
+                path = os.path.join(journal or "", "hccl-%d.jsonl" % one["pid"])
+                if journal and os.path.exists(path):
+                    with open(path, encoding="utf-8") as lines:
+                        one["hccl"] = [[entry["card"], entry["kind"]] for entry in map(json.loads, lines)]
+                else:
+                    one["hccl"] = None
+        return {"ranks": ranks, "testers": len(testers), "logs": logs}
+    except Exception as exc:  # noqa: BLE001  (the test names what is missing)
+        return {"error": error_line(exc)}
+
+
 LIVE: dict = {}  # workers one case leaves to the next
 
 
@@ -220,6 +287,7 @@ def case_ray(out, cards, select=None):
                                                                      GPU_SELECT=select))
     else:
         (init,) = RAY["RayInitializer"]().spawn_actor(**dict(INIT, GPU=cards, ulysses_degree=cards))
+    out["comm_test"] = comm_test()
     out["stage"] = "initialized"
     for arch in ARCHS:
         actors = sample_on(init, arch, cards, out)

@@ -88,6 +88,12 @@ P ranks and S the bytes of the tensor named:
   S, the root receives S; scatter: the root sends the P-1 chunks of the others, each other rank
   receives its chunk; gather: the reverse; send/recv: S.
 
+Journal. With ``TESTBED_HCCL_JOURNAL`` naming a folder, every collective counted above is also
+appended, when it is counted, as one JSON line ``{"pid", "card", "kind"}`` (the physical card)
+to ``<folder>/hccl-<pid>.jsonl``, the file closed at once: what a process did outlives it, where
+the counters die with it (raylight's self-test actors exit right after their all_reduce;
+tests/e2e/raylight_cases.py reads their lines). Off when the variable is unset.
+
 Timing. A collective runs to completion before its call returns; ``async_op=True`` gives a
 work that is already complete (its future holds the npu tensors). send and recv are
 asynchronous, as on a card, so every rank may isend before it irecvs (ring attention,
@@ -106,6 +112,7 @@ reduce_scatter lists (AllGatherV/ReduceScatterV), PREMUL_SUM, lccl, torch_npu's
 
 from __future__ import annotations
 
+import json
 import os
 import socket
 import threading
@@ -293,6 +300,17 @@ def _count(card: int, kind: str, sent: float, received: float) -> None:
         entry["calls"] += 1
         entry["sent"] += int(round(sent))
         entry["received"] += int(round(received))
+    folder = os.environ.get("TESTBED_HCCL_JOURNAL")
+    if folder:
+        _journal(folder, card, kind)
+
+
+def _journal(folder: str, card: int, kind: str) -> None:
+    """One line per collective in ``<folder>/hccl-<pid>.jsonl`` (the module docstring's Journal)."""
+    os.makedirs(folder, exist_ok=True)
+    line = json.dumps({"pid": os.getpid(), "card": card, "kind": kind}) + "\n"
+    with _lock, open(os.path.join(folder, "hccl-%d.jsonl" % os.getpid()), "a", encoding="utf-8") as journal:
+        journal.write(line)
 
 
 def _nbytes(t) -> int:

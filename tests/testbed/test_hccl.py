@@ -6,8 +6,9 @@ Each scenario starts its ranks as separate interpreters on the users' box (``asc
 rendezvous. Four ranks run every collective of ProcessGroupHCCL once against a CPU computation
 of the same values, the refusals and the byte counts; two ranks run the ``"cpu:gloo,npu:hccl"``
 form, ``init_device_mesh("npu")`` and the collectives C++ issues itself (functional
-collectives, DTensor); two ranks on one card are refused at their first collective. Each
-child prints one JSON line; a rank that fails or hangs fails its scenario.
+collectives, DTensor), each keeping the journal of what it issued; two ranks on one card are
+refused at their first collective. Each child prints one JSON line; a rank that fails or hangs
+fails its scenario.
 """
 
 import json
@@ -31,7 +32,7 @@ from testbed import hccl
 
 mode = sys.argv[1]
 rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
-out = {"results": {}, "errors": {}, "bytes": {}}
+out = {"results": {}, "errors": {}, "bytes": {}, "pid": os.getpid()}
 
 
 def init(backend):
@@ -242,14 +243,14 @@ print(json.dumps(out))
 '''
 
 
-def _scenario(tmp_path, mode, cards, box):
+def _scenario(tmp_path, mode, cards, box, **extra):
     """Start one interpreter per rank (rank r on ``cards[r]`` of a ``box``-card machine); their JSON."""
     script = tmp_path / "rank.py"
     script.write_text(textwrap.dedent(CHILD))
     procs = []
     for rank, card in enumerate(cards):
         env = harness.bed_env("ascend-cu130", TESTBED_NPU_COUNT=box, ASCEND_RT_VISIBLE_DEVICES=card,
-                              RANK=rank, WORLD_SIZE=len(cards), HCCL_TEST_STORE=tmp_path / "store")
+                              RANK=rank, WORLD_SIZE=len(cards), HCCL_TEST_STORE=tmp_path / "store", **extra)
         procs.append(subprocess.Popen([sys.executable, str(script), mode], env=env, cwd=str(tmp_path),
                                       stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
     results = []
@@ -349,7 +350,13 @@ def test_bytes_are_the_logical_payload_per_card(world):
 
 @pytest.fixture(scope="module")
 def mixed(tmp_path_factory):
-    return _scenario(tmp_path_factory.mktemp("mixed"), "mixed", cards=[2, 5], box=8)
+    """Two ranks on cards 2 and 5 of an 8-card box, each keeping its journal (hccl.py's Journal)."""
+    folder = tmp_path_factory.mktemp("mixed")
+    ranks = _scenario(folder, "mixed", cards=[2, 5], box=8, TESTBED_HCCL_JOURNAL=folder / "journal")
+    for child in ranks:
+        path = folder / "journal" / ("hccl-%d.jsonl" % child["pid"])
+        child["journal"] = [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else None
+    return ranks
 
 
 def test_cpu_gloo_npu_hccl_and_a_device_mesh(mixed):
@@ -365,6 +372,16 @@ def test_cpu_gloo_npu_hccl_and_a_device_mesh(mixed):
         card = [2, 5][rank]
         assert child["bytes"]["functional_all_reduce"] == ["%d/all_reduce/1/32/32" % card]  # 2(P-1)/P x 32 bytes, P = 2
         assert [entry.split("/")[0] for entry in child["bytes"]["dtensor_full_tensor"]] == [str(card)]
+
+
+def test_the_journal_keeps_each_collective_a_process_issued_on_its_card(mixed):
+    """One line per HCCL collective, in the process's own file, on its physical card; gloo's none."""
+    for card, child in zip([2, 5], mixed):
+        journal = child["journal"]
+        assert journal, child
+        assert {(line["pid"], line["card"]) for line in journal} == {(child["pid"], card)}
+        # the functional all_reduce, then DTensor's gather; the CPU all_reduce before them is gloo's
+        assert [line["kind"] for line in journal] == ["all_reduce", "all_gather_into_tensor_coalesced"], journal
 
 
 def test_two_ranks_on_one_card_are_refused_at_the_first_collective(tmp_path):
