@@ -202,6 +202,7 @@ def _alloc_conf(report):
 def _host_dispatch(report, findings):
     """CPU_AFFINITY_CONF and TASK_QUEUE_ENABLE as this process got them (patch ``cpu_affinity``), what
     torch_npu would misread in the user's values, and the task-queue advice."""
+    report["host_dispatch"] = None
     if not report["npu"]["available"]:
         return
     from ascend_shim.patches.torch_npu import cpu_affinity
