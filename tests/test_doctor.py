@@ -13,7 +13,7 @@ import pytest
 import harness
 
 DOCTOR_KEYS = {"python", "torch", "torch_npu", "cann", "npu", "npu_cards", "comfy_kitchen", "comfyui", "shim",
-               "alloc_conf", "environment", "findings", "ok", "vae_dtype", "raylight"}
+               "alloc_conf", "host_dispatch", "environment", "findings", "ok", "vae_dtype", "raylight"}
 
 
 def doctor(python, cwd, env, *args):

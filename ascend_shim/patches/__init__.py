@@ -43,11 +43,20 @@ from ascend_shim.patches.raylight import ranks as raylight_ranks
 from ascend_shim.patches.raylight import workers as raylight_workers
 from ascend_shim.patches.raylight import xfuser as raylight_xfuser
 from ascend_shim.patches.raylight import yunchang as yunchang_sync
-from ascend_shim.patches.torch_npu import alloc_conf, alloc_conf_withdraw, cpu_fallbacks, int_mm, rms_norm, sampler_ops
+from ascend_shim.patches.torch_npu import (
+    alloc_conf,
+    alloc_conf_withdraw,
+    cpu_affinity,
+    cpu_fallbacks,
+    int_mm,
+    rms_norm,
+    sampler_ops,
+)
 
 PATCHES = [
     alloc_conf.PATCH,
     alloc_conf_withdraw.PATCH,
+    cpu_affinity.PATCH,
     int_mm.PATCH,
     sampler_ops.PATCH,
     rms_norm.PATCH,

@@ -20,7 +20,7 @@ ENV_VARS = (
     "ASCEND_SHIM", "ASCEND_SHIM_DISABLE", "ASCEND_SHIM_DEBUG", "ASCEND_SHIM_STRICT",
     "ASCEND_SHIM_MMAP", "ASCEND_SHIM_INT8", "ASCEND_SHIM_FP8", "ASCEND_SHIM_AUDIT",
     "PYTORCH_NPU_ALLOC_CONF", "PYTORCH_ALLOC_CONF", "PYTORCH_CUDA_ALLOC_CONF",
-    "ASCEND_RT_VISIBLE_DEVICES", "TORCH_DEVICE_BACKEND_AUTOLOAD",
+    "ASCEND_RT_VISIBLE_DEVICES", "TORCH_DEVICE_BACKEND_AUTOLOAD", "CPU_AFFINITY_CONF", "TASK_QUEUE_ENABLE",
     "TORCH_NPU_FALLBACK_CPU_DISABLE", "ASCEND_TOOLKIT_HOME", "ASCEND_HOME_PATH",
 )
 
@@ -199,6 +199,30 @@ def _alloc_conf(report):
     report["alloc_conf"] = state
 
 
+def _host_dispatch(report, findings):
+    """CPU_AFFINITY_CONF and TASK_QUEUE_ENABLE as this process got them (patch ``cpu_affinity``), what
+    torch_npu would misread in the user's values, and the task-queue advice."""
+    report["host_dispatch"] = None
+    if not report["npu"]["available"]:
+        return
+    from ascend_shim.patches.torch_npu import cpu_affinity
+
+    section = (cpu_affinity.report() or {})["host_dispatch"]
+    own = os.environ.get(cpu_affinity.VARIABLE, "")
+    if own.strip() and own != os.environ.get(cpu_affinity.WRITTEN) and not section["cpu_affinity_problems"]:
+        # the patch did not decide here (switched off): torch_npu's reading, said all the same
+        cards = cpu_affinity.visible_cards(report["npu"]["count"])
+        section["cpu_affinity_problems"] = cpu_affinity.misread(own, cards, cpu_affinity.online_cores())
+    report["host_dispatch"] = section
+    for problem in section["cpu_affinity_problems"]:
+        findings.add(WARNING, "CPU_AFFINITY_CONF=%s (yours, kept): %s" % (own, problem),
+                     "give each card this process sees its physical card's cores: npuN:a-b, N the index "
+                     "this process sees (python -m ascend_shim status shows the ranges)")
+    if section["task_queue_problem"]:
+        findings.add(PROBLEM if section["task_queue_enable"] is None else WARNING, section["task_queue_problem"],
+                     "TASK_QUEUE_ENABLE=1 (torch_npu's default) or 2, or unset it")
+
+
 def _environment(report, findings, torch_info):
     from ascend_shim.cli import activation
 
@@ -340,6 +364,7 @@ def collect(comfyui_dir=None):
     _comfyui(report, findings, comfyui_dir)
     _shim(report, findings, torch_npu is not None and report["npu"]["available"])
     _alloc_conf(report)
+    _host_dispatch(report, findings)
     _environment(report, findings, report.get("torch"))
     _fp8_int8_combination(report, findings)
     _int8_on_the_cpu(report, findings)

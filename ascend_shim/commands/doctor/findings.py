@@ -38,6 +38,7 @@ def text_report(report: dict, comfyui_dir: Optional[str] = None) -> str:
         *_starts_line(report["comfyui"]),
         "shim        %s, %s" % (report["shim"]["version"], _shim_line(report["shim"], npu["available"])),
         "NPU memory  PYTORCH_NPU_ALLOC_CONF: %s" % report["alloc_conf"],
+        *_host_lines(report.get("host_dispatch")),
     ]
     set_vars = {k: v for k, v in report["environment"].items() if v is not None}
     lines.append(fill("environment " + (", ".join("%s=%s" % kv for kv in sorted(set_vars.items()))
@@ -49,6 +50,15 @@ def text_report(report: dict, comfyui_dir: Optional[str] = None) -> str:
             lines.append(fill("    fix: %s" % finding["fix"], 9))
     lines += ["", verdict(report)]
     return "\n".join(lines)
+
+
+def _host_lines(section):
+    if not section:
+        return []
+    from ascend_shim.patches.torch_npu.cpu_affinity import lines
+
+    return [fill(("host        " if index == 0 else "            ") + line, 14)
+            for index, line in enumerate(lines(section))]
 
 
 def verdict(report: dict) -> str:

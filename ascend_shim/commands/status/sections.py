@@ -164,6 +164,15 @@ def model_moves_lines(moves):
     return [fill(line, 6) for line in lines]
 
 
+def host_dispatch_lines(section):
+    """CPU_AFFINITY_CONF and TASK_QUEUE_ENABLE in this process (patches/torch_npu/cpu_affinity)."""
+    if not section:
+        return []
+    from ascend_shim.patches.torch_npu.cpu_affinity import lines
+
+    return ["", "host dispatch:"] + [fill(line, 6, "  ") for line in lines(section)]
+
+
 RENDERED = (  # (declared sections, their lines), in the order shown
     (("int8", "w4a8", "int_mm"), int8_lines),
     (("rope",), lambda data, rope: rope_lines(rope)),
@@ -174,4 +183,5 @@ RENDERED = (  # (declared sections, their lines), in the order shown
     (("cpu_fallbacks",), fallback_lines),
     (("audit",), audit_lines),
     (("model_moves",), lambda data, moves: model_moves_lines(moves)),
+    (("host_dispatch",), lambda data, section: host_dispatch_lines(section)),
 )
