@@ -34,7 +34,7 @@ from ascend_shim.patches.comfyui.fp8 import layer as fp8_layer
 from ascend_shim.patches.comfyui.fp8 import loader_options as fp8_loader_options
 from ascend_shim.patches.comfyui.fp8 import state_dict as fp8_state_dict
 from ascend_shim.patches.comfyui.loading import mmap, model_moves, vae_dtype
-from ascend_shim.patches.comfyui.reports import announce, attention_account, audit, prompt_report
+from ascend_shim.patches.comfyui.reports import announce, attention_account, audit, prompt_report, prompt_stages
 from ascend_shim.patches.kitchen import int8 as kitchen_int8
 from ascend_shim.patches.kitchen import priority as kitchen_priority
 from ascend_shim.patches.raylight import attention as raylight_attention
@@ -88,6 +88,7 @@ PATCHES = [
     raylight_attention.PATCH,
     raylight_nodes.PATCH,
     yunchang_sync.PATCH,
+    prompt_stages.PATCH,
     prompt_report.PATCH,
     audit.PATCH,
     announce.PATCH,

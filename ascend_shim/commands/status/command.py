@@ -350,7 +350,8 @@ def render(data, verbose):
     for name, error in imports["asked"].items():
         out.append("  imported     %s%s" % (name, "" if error is None else "  FAILED: %s" % error))
     for name, error in imports["followed"].items():
-        out.append("  also         %s (a patch waits for it)%s" % (name, "" if error is None else ": %s" % error))
+        out.extend(fill("  also         %s (a patch waits for it)%s" % (
+            name, "" if error is None else ": %s" % error), 15).splitlines())
     out.append("")
     rows = data["patches"]
     if verbose:

@@ -151,16 +151,25 @@ MOVES_SHOWN = 3  # prompts listed by status, newest last
 
 
 def model_moves_lines(moves):
-    """ComfyUI's model loads and unloads on the NPU in the last prompts (patches/comfyui/loading/model_moves)."""
+    """The last prompts on the NPU: their model loads and unloads (patches/comfyui/loading/model_moves) and,
+    where timed, their stages (patches/comfyui/reports/prompt_stages), each with its process and ComfyUI folder."""
     prompts = (moves or {}).get("kept") or ([moves["last"]] if (moves or {}).get("last") else [])
     if not prompts:
         return []
     from ascend_shim.patches.comfyui.loading.model_moves import describe
+    from ascend_shim.patches.comfyui.reports import prompt_stages
 
-    lines = ["model loads/unloads on the NPU, last %d prompt%s (of %d kept):" % (
-        min(len(prompts), MOVES_SHOWN), "" if min(len(prompts), MOVES_SHOWN) == 1 else "s", len(prompts))]
-    for prompt in prompts[-MOVES_SHOWN:]:
-        lines.append("  %s, process %s: %s" % (prompt.get("time"), prompt.get("pid"), describe(prompt)))
+    shown = prompts[-MOVES_SHOWN:]
+    folders = {prompt.get("comfyui") for prompt in shown}
+    timed = any("stages" in prompt for prompt in shown)
+    lines = ["%s, last %d prompt%s (of %d kept)%s:" % (
+        "where prompts' time went on the NPU" if timed else "model loads/unloads on the NPU",
+        len(shown), "" if len(shown) == 1 else "s", len(prompts),
+        ", from %d ComfyUI folders" % len(folders) if len(folders) > 1 else "")]
+    for prompt in shown:
+        lines.append("  %s, process %s, ComfyUI %s: %s" % (
+            prompt.get("time"), prompt.get("pid"), prompt.get("comfyui") or "(folder not recorded)",
+            prompt_stages.describe(prompt) if "stages" in prompt else describe(prompt)))
     return [fill(line, 6) for line in lines]
 
 

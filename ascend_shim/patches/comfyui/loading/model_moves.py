@@ -6,8 +6,9 @@ weights in ``LoadedModel.model_load`` (onto its device) and ``LoadedModel.model_
 offload device, whole or in part). Where the model's device is an NPU both are timed, with the card
 synchronised before the clock stops (a copy may still be queued when the call returns), and the
 bytes moved are ComfyUI's own count (``model_loaded_memory`` before and after). After each prompt
-(``prompt_report``) the prompt's moves make one log line and are kept for ``status`` run in another
-shell (``engine/kept.py``: the last prompts). Nothing is timed where ComfyUI computes elsewhere.
+(``prompt_report``) the prompt's moves make one log line (with its stages where ``prompt_stages``
+timed them) and are kept for ``status`` run in another shell (``engine/kept.py``: the last prompts,
+each with its process id and ComfyUI folder). Nothing is timed where ComfyUI computes elsewhere.
 """
 
 import os
@@ -27,6 +28,7 @@ GB = 1e9
 _lock = threading.Lock()
 _moves: List[Dict[str, Any]] = []          # since the last prompt ended
 _state: Dict[str, Any] = {"last": None}    # this process's last prompt with moves
+_moved = {"seconds": 0.0}                   # every timed move's seconds, for prompt_stages
 
 
 def _on_npu(loaded: Any) -> bool:
@@ -67,6 +69,7 @@ def _timed(kind: str, wrapped: Any, instance: Any, args: tuple, kwargs: dict) ->
     with _lock:
         _moves.append({"kind": kind, "model": name, "bytes": moved, "seconds": seconds,
                        "device": str(instance.device)})
+        _moved["seconds"] += seconds
     return result
 
 
@@ -98,20 +101,33 @@ def describe(prompt: Dict[str, Any]) -> str:
     return "; ".join(parts)
 
 
-def take_prompt_line() -> Optional[str]:
-    """After a prompt: its moves kept for ``status`` and one line for the log (None when it made none)."""
+def moved_seconds() -> float:
+    """The seconds of every load and unload timed so far in this process (a stage subtracts its own)."""
+    with _lock:
+        return _moved["seconds"]
+
+
+def take_prompt(stages: Optional[Dict[str, Any]] = None, comfyui: Optional[str] = None) -> Optional[Dict[str, Any]]:
+    """After a prompt: its moves (and ``prompt_stages``' record of it, when given) kept for ``status``,
+    labelled with this process and its ComfyUI folder; None when it made no move and ran no stage."""
     with _lock:
         moves = list(_moves)
         _moves.clear()
-    if not moves:
+    if not moves and not (stages or {}).get("stages"):
         return None
-    prompt = {"pid": os.getpid(), "time": time.strftime("%Y-%m-%d %H:%M:%S"), "moves": moves,
+    prompt = {"pid": os.getpid(), "time": time.strftime("%Y-%m-%d %H:%M:%S"), "comfyui": comfyui, "moves": moves,
               "load": _totals(moves, "load"), "unload": _totals(moves, "unload")}
+    prompt.update(stages or {})
     _state["last"] = prompt
     from ascend_shim.engine import kept
 
     earlier = (kept.load(KEPT) or {}).get("prompts") or []
     kept.save(KEPT, {"prompts": (earlier + [prompt])[-PROMPTS_KEPT:]})
+    return prompt
+
+
+def line(prompt: Dict[str, Any]) -> str:
+    """The log line of a prompt's moves alone (no stages timed)."""
     return "model moves on the NPU this prompt: %s" % describe(prompt)
 
 

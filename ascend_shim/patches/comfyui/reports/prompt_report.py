@@ -1,8 +1,10 @@
 """After each ComfyUI prompt, log any op the shim newly saw fall back to the CPU
 (only fallback warnings that reach Python: see fallback_report), the
 prompt's attention account (patches/comfyui/reports/attention_account.py) where it made SDPA
-calls on the NPU, and its model loads and unloads on the NPU (patches/comfyui/loading/model_moves.py,
-which also keeps them for ``status``)."""
+calls on the NPU, and where its time went on the NPU: one line with its model loads and unloads
+(patches/comfyui/loading/model_moves.py, which also keeps the prompt for ``status``) and, where
+``prompt_stages`` applied, the seconds of each stage it timed (opened here before the prompt runs,
+closed after it returned or raised)."""
 
 import logging
 
@@ -20,8 +22,14 @@ def guard(execution):
 
 
 def _report_after(execution, wrapped, instance, args, kwargs):
+    from ascend_shim.patches.comfyui.reports import prompt_stages
+
+    prompt_stages.begin()
+    raised = True
     try:
-        return wrapped(*args, **kwargs)  # the original runs here, unchanged: what raised is in the frames below
+        result = wrapped(*args, **kwargs)  # the original runs here, unchanged: what raised is in the frames below
+        raised = False
+        return result
     finally:
         from ascend_shim.engine import fallback_report
 
@@ -43,9 +51,14 @@ def _report_after(execution, wrapped, instance, args, kwargs):
 
         from ascend_shim.patches.comfyui.loading import model_moves
 
-        line = model_moves.take_prompt_line()
-        if line:
-            log.info(line)
+        try:
+            stages = prompt_stages.finish(failed=raised or getattr(instance, "success", True) is False)
+            prompt = model_moves.take_prompt(stages, comfyui=versions.comfyui_root(execution))
+        except Exception as exc:  # a report must never take the prompt's place
+            log.warning("could not report where this prompt's time went: %s: %s", type(exc).__name__, exc)
+        else:
+            if prompt:
+                log.info(prompt_stages.line(prompt) if stages else model_moves.line(prompt))
 
 
 def apply(changes, execution):
