@@ -13,7 +13,7 @@ import pytest
 import harness
 
 DOCTOR_KEYS = {"python", "torch", "torch_npu", "cann", "npu", "npu_cards", "comfy_kitchen", "comfyui", "shim",
-               "alloc_conf", "host_dispatch", "environment", "findings", "ok", "vae_dtype", "raylight"}
+               "alloc_conf", "host_dispatch", "environment", "findings", "ok", "vae_dtype", "raylight", "smart_memory"}
 
 
 def doctor(python, cwd, env, *args):

@@ -47,6 +47,10 @@ def test_each_prompts_loads_and_unloads_on_the_npu_are_timed_and_shown_by_status
         assert [(m["kind"], m["model"], m["bytes"], m["device"]) for m in prompt["moves"]] == [
             ("load", "Sequential", MODEL_BYTES, "npu:0"), ("unload", "Sequential", MODEL_BYTES, "npu:0")]
         assert all(m["seconds"] > 0 for m in prompt["moves"])
+        # without --disable-smart-memory: kept as such, and nothing said of the flag
+        assert (prompt["smart_memory_disabled"], prompt["card_bytes"], prompt["models_bytes"]) == (
+            False, 64 * 1024 ** 3, MODEL_BYTES)
+    assert not [line for line in result["log"] if "smart-memory" in line], result["log"]
     lines = [line for line in result["log"] if "model moves" in line]
     assert len(lines) == 2 and all(line.startswith(
         "ascend_shim INFO model moves on the NPU this prompt: loaded Sequential 0.008389 GB in ") and
@@ -83,6 +87,14 @@ def test_the_seed_users_workflow_says_where_each_prompts_time_went_even_when_it_
         r"[^;]+; unloaded [^;]+; reading model files %(s)s; text encoding %(s)s; sampling %(s)s \(it raised\); "
         r"rest %(s)s" % {"s": SECONDS}, lines[1])
     assert failed, lines[1]
+    # the bed's 910B3 (64 GiB) holds the tiny models: what the flag cost, said once (after the first prompt)
+    said = [line for line in result["log"] if "--disable-smart-memory" in line]
+    assert len(said) == 1 and re.fullmatch(
+        r"ascend_shim INFO ascend_shim: --disable-smart-memory moved [0-9.e+-]+ GB onto the card and [0-9.e+-]+ GB "
+        r"back this prompt \(%(s)s measured\); the card's 64 GiB \(68.7 GB\) holds these models \([0-9.e+-]+ GB "
+        r"together\) with a fifth of it to spare: without the flag ComfyUI keeps them on the card between prompts "
+        r"and unloads only when memory runs short" % {"s": SECONDS}, said[0]), said
+    assert result["log"].index(said[0]) == result["log"].index(lines[0]) + 1, result["log"]
 
     status = harness.run([sys.executable, "-m", "ascend_shim", "status", "--json"], env, tmp_path)
     assert status.returncode == 0, status.stderr
@@ -95,6 +107,16 @@ def test_the_seed_users_workflow_says_where_each_prompts_time_went_even_when_it_
         ("VAE decode", "audio", 0, 0), ("VAE decode", "video", 0, 0)]
     assert [(s["stage"], s["raised"]) for s in kept[1]["stages"]] == [
         ("reading model files", 0), ("text encoding", 0), ("sampling", 1)]
+    assert [(p["smart_memory_disabled"], p["card_bytes"]) for p in kept] == [(True, 64 * 1024 ** 3)] * 2
+    assert kept[0]["models_bytes"] > 0 and kept[0]["load"]["bytes"] > 0 and kept[0]["unload"]["bytes"] > 0
+    doctor = harness.run([sys.executable, "-m", "ascend_shim", "doctor", "--json"], env, tmp_path)
+    found = [f for f in json.loads(doctor.stdout)["findings"] if "--disable-smart-memory" in f["what"]]
+    assert len(found) == 1 and found[0]["severity"] == "warning", found
+    assert found[0]["what"].startswith("ComfyUI on the NPU (process %d, %s, ComfyUI %s): --disable-smart-memory "
+                                       "moved " % (kept[1]["pid"], kept[1]["time"], kept[1]["comfyui"])), found
+    assert "in its last prompt (" in found[0]["what"] and found[0]["fix"].startswith(
+        "start ComfyUI without --disable-smart-memory"), found
+    print(said[0], found[0], sep="\n")
     for prompt in kept:  # the parts add up to the prompt: loads and unloads, each stage, the rest
         parts = prompt["load"]["seconds"] + prompt["unload"]["seconds"] + sum(s["seconds"] for s in prompt["stages"])
         assert parts + prompt["rest"] == pytest.approx(prompt["seconds"], rel=1e-6), prompt

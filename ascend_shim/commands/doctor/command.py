@@ -369,6 +369,9 @@ def collect(comfyui_dir=None):
     _fp8_int8_combination(report, findings)
     _int8_on_the_cpu(report, findings)
     _forced_vae_dtype(report, findings)
+    from ascend_shim.commands.doctor import smart_memory as doctor_smart_memory
+
+    doctor_smart_memory.check(report, findings)
     if report["comfyui"]:  # last: it runs ComfyUI code, which the shim may patch (the environment too)
         from ascend_shim.cli import comfyui_kitchen
 

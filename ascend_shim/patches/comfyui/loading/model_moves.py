@@ -8,7 +8,9 @@ synchronised before the clock stops (a copy may still be queued when the call re
 bytes moved are ComfyUI's own count (``model_loaded_memory`` before and after). After each prompt
 (``prompt_report``) the prompt's moves make one log line (with its stages where ``prompt_stages``
 timed them) and are kept for ``status`` run in another shell (``engine/kept.py``: the last prompts,
-each with its process id and ComfyUI folder). Nothing is timed where ComfyUI computes elsewhere.
+each with its process id and ComfyUI folder, whether the flag was on, the card's memory and the full
+size of the models loaded: ``smart_memory_cost`` says from these what the flag costs). Nothing is
+timed where ComfyUI computes elsewhere.
 """
 
 import os
@@ -29,6 +31,7 @@ _lock = threading.Lock()
 _moves: List[Dict[str, Any]] = []          # since the last prompt ended
 _state: Dict[str, Any] = {"last": None}    # this process's last prompt with moves
 _moved = {"seconds": 0.0}                   # every timed move's seconds, for prompt_stages
+_sizes: Dict[int, int] = {}                 # since the last prompt ended: each model loaded, its full size
 
 
 def _on_npu(loaded: Any) -> bool:
@@ -45,6 +48,14 @@ def _loaded_bytes(loaded: Any) -> Optional[int]:
 def _model_name(loaded: Any) -> str:
     inner = getattr(getattr(loaded, "model", None), "model", None)
     return type(inner).__name__ if inner is not None else "model"
+
+
+def _model_size(loaded: Any) -> Optional[tuple]:
+    """(the ComfyUI model, by identity, so a patcher's clones count once; its full size in bytes)."""
+    try:
+        return id(loaded.model.model), int(loaded.model_memory())
+    except Exception:  # a patcher gone (weak reference) or a ComfyUI without the count
+        return None
 
 
 def _synchronize(device: Any) -> None:
@@ -66,7 +77,10 @@ def _timed(kind: str, wrapped: Any, instance: Any, args: tuple, kwargs: dict) ->
     seconds = time.perf_counter() - start
     after = _loaded_bytes(instance)
     moved = abs(after - before) if before is not None and after is not None else None
+    size = _model_size(instance) if kind == "load" else None
     with _lock:
+        if size is not None:
+            _sizes[size[0]] = size[1]
         _moves.append({"kind": kind, "model": name, "bytes": moved, "seconds": seconds,
                        "device": str(instance.device)})
         _moved["seconds"] += seconds
@@ -113,10 +127,15 @@ def take_prompt(stages: Optional[Dict[str, Any]] = None, comfyui: Optional[str] 
     with _lock:
         moves = list(_moves)
         _moves.clear()
+        models = sum(_sizes.values()) if _sizes else None
+        _sizes.clear()
     if not moves and not (stages or {}).get("stages"):
         return None
+    from ascend_shim.patches.comfyui.loading import smart_memory_cost
+
     prompt = {"pid": os.getpid(), "time": time.strftime("%Y-%m-%d %H:%M:%S"), "comfyui": comfyui, "moves": moves,
               "load": _totals(moves, "load"), "unload": _totals(moves, "unload")}
+    prompt.update(smart_memory_cost.record(moves, models))
     prompt.update(stages or {})
     _state["last"] = prompt
     from ascend_shim.engine import kept

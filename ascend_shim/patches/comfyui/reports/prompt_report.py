@@ -4,7 +4,8 @@ prompt's attention account (patches/comfyui/reports/attention_account.py) where 
 calls on the NPU, and where its time went on the NPU: one line with its model loads and unloads
 (patches/comfyui/loading/model_moves.py, which also keeps the prompt for ``status``) and, where
 ``prompt_stages`` applied, the seconds of each stage it timed (opened here before the prompt runs,
-closed after it returned or raised)."""
+closed after it returned or raised); once per process, where ``--disable-smart-memory`` copied
+models onto a card that holds them, what that cost (``smart_memory_cost``)."""
 
 import logging
 
@@ -59,6 +60,11 @@ def _report_after(execution, wrapped, instance, args, kwargs):
         else:
             if prompt:
                 log.info(prompt_stages.line(prompt) if stages else model_moves.line(prompt))
+            from ascend_shim.patches.comfyui.loading import smart_memory_cost
+
+            cost = smart_memory_cost.take_line(prompt)
+            if cost:
+                log.info(cost)
 
 
 def apply(changes, execution):
