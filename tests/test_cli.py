@@ -15,8 +15,8 @@ import harness
 
 # "reports": the names of the sections the patches declare (int8 ... cpu_fallbacks)
 STATUS_KEYS = {"shim", "patches", "reports", "int8", "w4a8", "rope", "int_mm", "rms_norm", "fp8", "attention",
-               "cpu_fallbacks", "sampler_ops", "audit", "model_moves", "startup", "machine", "imports",
-               "kitchen_in_use"}
+               "cpu_fallbacks", "sampler_ops", "audit", "model_moves", "host_dispatch", "startup", "machine",
+               "imports", "kitchen_in_use"}
 # what status shows of each patch (the engine may report more)
 PATCH_KEYS = {"name", "target", "summary", "state", "reason", "late", "in_place", "version",
               "waiting_for", "detail"}
@@ -52,8 +52,8 @@ def test_quick_start_status_without_torch(no_torch_python, tmp_path):
 
     data = as_json(cli(no_torch_python, ["status", "--json"], tmp_path, harness.scrubbed_env()))
     assert set(data) == STATUS_KEYS
-    assert sorted(data["reports"]) == ["attention", "audit", "cpu_fallbacks", "fp8", "int8", "int_mm", "model_moves",
-                                       "rms_norm", "rope", "sampler_ops", "w4a8"]
+    assert sorted(data["reports"]) == ["attention", "audit", "cpu_fallbacks", "fp8", "host_dispatch", "int8", "int_mm",
+                                       "model_moves", "rms_norm", "rope", "sampler_ops", "w4a8"]
     # never a bare {} that reads as "no fallbacks": nothing could see them here
     assert data["cpu_fallbacks"]["visible"] is False and data["cpu_fallbacks"]["seen"] == {}
     assert data["audit"]["on"] is False and data["audit"]["saved"] is None

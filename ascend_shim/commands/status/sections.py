@@ -173,9 +173,10 @@ def model_moves_lines(moves):
     return [fill(line, 6) for line in lines]
 
 
-def host_dispatch_lines(section):
-    """CPU_AFFINITY_CONF and TASK_QUEUE_ENABLE in this process (patches/torch_npu/cpu_affinity)."""
-    if not section:
+def host_dispatch_lines(data, section):
+    """CPU_AFFINITY_CONF and TASK_QUEUE_ENABLE in this process (patches/torch_npu/cpu_affinity),
+    where an NPU is here: elsewhere torch_npu reads neither."""
+    if not section or not (data.get("machine") or {}).get("npu"):
         return []
     from ascend_shim.patches.torch_npu.cpu_affinity import lines
 
@@ -192,5 +193,5 @@ RENDERED = (  # (declared sections, their lines), in the order shown
     (("cpu_fallbacks",), fallback_lines),
     (("audit",), audit_lines),
     (("model_moves",), lambda data, moves: model_moves_lines(moves)),
-    (("host_dispatch",), lambda data, section: host_dispatch_lines(section)),
+    (("host_dispatch",), host_dispatch_lines),
 )
