@@ -26,6 +26,7 @@ import collections
 import sys
 import threading
 
+from ascend_shim.engine import versions
 from ascend_shim.engine.patching import Patch, argument
 from ascend_shim.patches.shared.guards import process_on_npu_and_attribute
 from ascend_shim.patches.shared.wraps import wrap_function
@@ -43,9 +44,9 @@ class FusedPaths:
 
     def __init__(self):
         self._lock = threading.Lock()
-        self._verdicts = {}
+        self._verdicts: dict = {}
         self._scope = threading.local()
-        self.calls = collections.Counter()
+        self.calls: collections.Counter = collections.Counter()
 
     def count(self, key):
         with self._lock:
@@ -249,4 +250,5 @@ PATCH = Patch(
             "the gated SiLU as one npu_swiglu, on NPU tensors",
     guard=guard,
     apply=apply,
+    version=versions.comfyui,
 )
