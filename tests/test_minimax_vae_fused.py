@@ -62,6 +62,28 @@ def test_gated_silu_is_comfyuis_gate_and_near_float64():
     assert torch.allclose(got, want, rtol=2 ** -9, atol=2 ** -14)
 
 
+def test_a_comfyui_that_rewrites_the_forwards_keeps_them():
+    """The fused math is ComfyUI v0.30.0's (and v0.33.0's) Attention/FeedForward forward; a release
+    that rewrites one (modelled here: a forward with one more step) keeps its own."""
+    import types
+
+    from ascend_shim.patches.comfyui.fused import minimax_vae
+
+    class Attention:
+        def forward(self, x, rotary_pos_emb=None):
+            return x * 2
+
+    class FeedForward:
+        def forward(self, x):
+            return x
+
+    rewritten = types.SimpleNamespace(Attention=Attention, FeedForward=FeedForward)
+    reason = minimax_vae.unchecked_forward(rewritten)
+    assert reason and reason.startswith("this ComfyUI's MiniMax-H3 VAE Attention.forward is not"), reason
+    assert minimax_vae.forward_text(Attention) not in minimax_vae.CHECKED_FORWARDS["Attention"]
+    assert minimax_vae.forward_text(FeedForward) == minimax_vae.forward_text(FeedForward)  # stable
+
+
 SCENARIO = """
     import json, os, sys, warnings
     warnings.simplefilter("ignore")

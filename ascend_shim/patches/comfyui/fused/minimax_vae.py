@@ -20,10 +20,17 @@ fp16/bf16/fp32, q/k norms with weights or different eps, a table of another shap
 calls that need gradients, and where a one-call probe of the op with a known answer failed; an
 op that refuses a call also hands it back. ``ASCEND_SHIM_DISABLE=minimax_vae_fused`` leaves
 ComfyUI's forwards alone.
+
+The fused path computes what ComfyUI's ``Attention.forward`` and ``FeedForward.forward`` compute,
+so it acts only where their text is one it was checked against (the same in v0.30.0 and
+v0.33.0); a ComfyUI that rewrites either keeps its own forwards, and ``status`` says why.
 """
 
 import collections
+import hashlib
+import inspect
 import sys
+import textwrap
 import threading
 
 from ascend_shim.engine import versions
@@ -33,6 +40,11 @@ from ascend_shim.patches.shared.wraps import wrap_function
 
 OP_ERRORS = (RuntimeError, TypeError, ValueError)  # what an op raises for a call it refuses
 MAX_HEADS = 1000  # npu_rotary_mul: B and N below 1000 (op-plugin docs)
+# sha1 of each forward's dedented source in the releases the fused math was checked against
+CHECKED_FORWARDS = {
+    "Attention": {"d2801edfab1010636c434170a7d8b0c9488338ec"},    # v0.30.0, v0.33.0
+    "FeedForward": {"2ef8ab20ce4c84a5cad0d0d91de5723349d84bfd"},  # v0.30.0, v0.33.0
+}
 
 
 class _Declined(Exception):
@@ -224,6 +236,24 @@ def _decoder(vae, wrapped, instance, args, kwargs):
         PATHS.leave_decoder(previous)
 
 
+def forward_text(cls):
+    """sha1 of ``cls.forward``'s dedented source, or None where it cannot be read."""
+    try:
+        source = inspect.getsource(cls.forward)
+    except (OSError, TypeError):
+        return None
+    return hashlib.sha1(textwrap.dedent(source).encode()).hexdigest()
+
+
+def unchecked_forward(vae):
+    """Why ComfyUI's forwards in ``vae`` are not the ones the fused path computes, or None."""
+    for name, checked in CHECKED_FORWARDS.items():
+        if forward_text(getattr(vae, name)) not in checked:
+            return ("this ComfyUI's MiniMax-H3 VAE %s.forward is not the one the fused path computes "
+                    "(ComfyUI v0.30.0-v0.33.0): ComfyUI's own forwards run" % name)
+    return None
+
+
 def guard(vae):
     reason = process_on_npu_and_attribute("Attention", "FeedForward", "ViT3DDecoder")(vae)
     if reason:
@@ -231,6 +261,9 @@ def guard(vae):
     for name in ("Attention", "FeedForward", "ViT3DDecoder"):
         if not hasattr(getattr(vae, name, None), "forward"):
             return "comfy.ldm.minimax.vae has no %s.forward" % name
+    reason = unchecked_forward(vae)
+    if reason:
+        return reason
     ops = sys.modules.get("torch_npu")
     if getattr(ops, "npu_rotary_mul", None) is None and getattr(ops, "npu_swiglu", None) is None:
         return "torch_npu has neither npu_rotary_mul nor npu_swiglu"
