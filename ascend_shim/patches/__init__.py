@@ -6,7 +6,7 @@ lives in the folder of the code it changes:
 - ``torch_npu/``  torch_npu and torch's dispatcher: the NPU kernels for ops torch_npu
   lacks, its allocator setting, its CPU-fallback warnings;
 - ``kitchen/``    comfy-kitchen: the INT8 backends and their order;
-- ``comfyui/``    ComfyUI: ``device/`` (which card, which probes), ``loading/``
+- ``comfyui/``    ComfyUI: ``device/`` (which card, which probes), ``fused/`` (model code on torch_npu's fused ops), ``loading/``
   (checkpoints and models moving to the card), ``fp8/`` (fp8 weights on a card
   without fp8), ``reports/`` (what a prompt did, said in the console and ``status``);
 - ``raylight/``   raylight, with the xfuser and yunchang code it runs on its workers;
@@ -33,6 +33,7 @@ from ascend_shim.patches.comfyui.fp8 import dtypes as fp8_dtypes
 from ascend_shim.patches.comfyui.fp8 import layer as fp8_layer
 from ascend_shim.patches.comfyui.fp8 import loader_options as fp8_loader_options
 from ascend_shim.patches.comfyui.fp8 import state_dict as fp8_state_dict
+from ascend_shim.patches.comfyui.fused import minimax_vae as minimax_vae_fused
 from ascend_shim.patches.comfyui.loading import mmap, model_moves, vae_dtype
 from ascend_shim.patches.comfyui.reports import announce, attention_account, audit, prompt_report, prompt_stages
 from ascend_shim.patches.kitchen import int8 as kitchen_int8
@@ -81,6 +82,7 @@ PATCHES = [
     fp8_layer.PATCH,
     fp8_loader_options.PATCH,
     vae_dtype.PATCH,
+    minimax_vae_fused.PATCH,
     cpu_fallbacks.PATCH,
     raylight_xfuser.PATCH,
     raylight_ranks.PATCH,
