@@ -6,9 +6,10 @@ lives in the folder of the code it changes:
 - ``torch_npu/``  torch_npu and torch's dispatcher: the NPU kernels for ops torch_npu
   lacks, its allocator setting, its CPU-fallback warnings;
 - ``kitchen/``    comfy-kitchen: the INT8 backends and their order;
-- ``comfyui/``    ComfyUI: ``device/`` (which card, which probes), ``fused/`` (model code on torch_npu's fused ops), ``loading/``
+- ``comfyui/``    ComfyUI: ``device/`` (which card, which probes), ``loading/``
   (checkpoints and models moving to the card), ``fp8/`` (fp8 weights on a card
-  without fp8), ``reports/`` (what a prompt did, said in the console and ``status``);
+  without fp8), ``fused/`` (its model code on torch_npu's fused ops), ``reports/``
+  (what a prompt did, said in the console and ``status``);
 - ``raylight/``   raylight, with the xfuser and yunchang code it runs on its workers;
 - ``shared/``     what the groups share: when a patch acts (guards), how it wraps.
 
