@@ -42,6 +42,7 @@ from ascend_shim.patches.kitchen import priority as kitchen_priority
 from ascend_shim.patches.raylight import attention as raylight_attention
 from ascend_shim.patches.raylight import nodes as raylight_nodes
 from ascend_shim.patches.raylight import ranks as raylight_ranks
+from ascend_shim.patches.raylight import ring as yunchang_ring
 from ascend_shim.patches.raylight import workers as raylight_workers
 from ascend_shim.patches.raylight import xfuser as raylight_xfuser
 from ascend_shim.patches.raylight import yunchang as yunchang_sync
@@ -91,6 +92,7 @@ PATCHES = [
     raylight_attention.PATCH,
     raylight_nodes.PATCH,
     yunchang_sync.PATCH,
+    yunchang_ring.PATCH,
     prompt_stages.PATCH,
     prompt_report.PATCH,
     audit.PATCH,

@@ -18,7 +18,12 @@ and runs the cases asked for, in order, each architecture of ``--arch`` in turn:
               collectives (the bed's counters) per architecture; then RayKill. Right after
               RayInitializer returns: what raylight's HCCL self-test left behind (comm_test below)
   rayN@a+b    the same through RayInitializerAdvanced with GPU_SELECT "a,b" (the cards to use)
-  ring        RayInitializer with ring_degree 2: refused before anything starts
+  ringR[xU]   the same as rayN with ring degree R (and Ulysses degree U, default 1) on R x U
+              workers, the latent saved as ``ringR[xU]-<arch>.pt``; ``ring2x2`` then loads, on the same
+              workers, a MiniMax-H3 of 6 heads (which Ulysses 4 cannot split) and saves
+              ``ring2x2-minimax6.pt``; ``reference`` then also samples that model on one card
+              (``reference-minimax6.pt``)
+  ring_misfit ring 2 x Ulysses 2 asked of 2 workers: raylight's own refusal, before any worker
   heads       right after ``ray4`` (its workers): a MiniMax-H3 of 6 heads, which Ulysses 4 cannot
               split: one clear error, then RayKill
   too_many    twice as many workers as cards: raylight's own refusal, counted on the NPUs
@@ -160,6 +165,7 @@ def worker_view(actor):
             out["quant_matmul"] = _npu._testbed.calls["npu_quant_matmul"]
             out["dynamic_quant"] = _npu._testbed.calls["npu_dynamic_quant"]
             out["sdpa_paths"] = dict(_npu._testbed.sdpa_paths)
+            out["fusion_attention"] = _npu._testbed.calls["npu_fusion_attention"]
             hccl = _sys.modules.get("testbed.hccl")
             if hccl is not None:  # per kind of collective this worker issued: calls, bytes sent/received
                 out["collectives"] = {kind: counts for (_card, kind), counts in hccl.collective_bytes().items()}
@@ -271,26 +277,42 @@ def kill(ray_actors):
 # --------------------------------------------------------------------------- the cases
 
 
+def six_heads():
+    """A MiniMax-H3 of 6 attention heads (Ulysses 4 cannot split them), its file name."""
+    spec = models.SPECS["minimax"](seed=0, heads=6)
+    name = "tiny_minimax_%s_6heads.safetensors" % OPTS.variant
+    if not os.path.exists(os.path.join(MODELS, name)):
+        safetensors.torch.save_file(models.checkpoint(spec.build(), spec, OPTS.variant), os.path.join(MODELS, name))
+    return name
+
+
 def case_reference(out):
-    for arch in ARCHS:
-        (model,) = nodes.UNETLoader().load_unet(UNETS[arch], "default")
-        (latent,) = nodes.KSamplerAdvanced().sample(model=model, **SAMPLINGS[arch])
+    runs = [(arch, UNETS[arch]) for arch in ARCHS]
+    if "ring2x2" in CASES and "minimax" in ARCHS:
+        runs.append(("minimax6", six_heads()))
+    for arch, unet in runs:
+        (model,) = nodes.UNETLoader().load_unet(unet, "default")
+        (latent,) = nodes.KSamplerAdvanced().sample(model=model, **SAMPLINGS[arch.rstrip("6")])
         torch.save(flat(latent["samples"]), os.path.join(OPTS.out_dir, "reference-%s.pt" % arch))
         out["latent_elements_" + arch] = int(flat(latent["samples"]).numel())
         del model
         mm.unload_all_models()
 
 
-def case_ray(out, cards, select=None):
+def case_ray(out, cards, select=None, ring=1, prefix="ray"):
+    degrees = dict(INIT, GPU=cards, ulysses_degree=cards // ring, ring_degree=ring)
+    if ring > 1:
+        degrees["skip_comm_test"] = True  # the rayN cases prove raylight's HCCL self-test
     if select:
-        (init,) = RAY["RayInitializerAdvanced"]().spawn_actor(**dict(INIT, GPU=cards, ulysses_degree=cards,
-                                                                     GPU_SELECT=select))
+        (init,) = RAY["RayInitializerAdvanced"]().spawn_actor(**dict(degrees, GPU_SELECT=select))
     else:
-        (init,) = RAY["RayInitializer"]().spawn_actor(**dict(INIT, GPU=cards, ulysses_degree=cards))
+        (init,) = RAY["RayInitializer"]().spawn_actor(**degrees)
     out["comm_test"] = comm_test()
     out["stage"] = "initialized"
     for arch in ARCHS:
-        actors = sample_on(init, arch, cards, out)
+        actors = sample_on(init, arch, cards, out, prefix)
+    if out["name"] == "ring2x2" and "minimax" in ARCHS:
+        actors = sample_on(init, "minimax", cards, out, prefix, unet=six_heads(), saved="minimax6")
     following = CASES[CASES.index(out["name"]) + 1:][:1]
     if following in (["heads"], ["dead_worker"]):
         LIVE.update(init=init, actors=actors)  # the next case goes on with these workers
@@ -299,9 +321,10 @@ def case_ray(out, cards, select=None):
     out["stage"] = "killed"
 
 
-def sample_on(init, arch, cards, out):
+def sample_on(init, arch, cards, out, prefix="ray", unet=None, saved=None):
     """One architecture loaded on the workers and sampled: its latent, the workers' views."""
-    (actors,) = RAY["RayUNETLoader"]().load_ray_unet(ray_actors_init=init, unet_name=UNETS[arch],
+    saved = saved or arch
+    (actors,) = RAY["RayUNETLoader"]().load_ray_unet(ray_actors_init=init, unet_name=unet or UNETS[arch],
                                                      weight_dtype="default")
     workers = actors["workers"]
     for actor in workers:
@@ -309,11 +332,12 @@ def sample_on(init, arch, cards, out):
     out["stage"] = "loaded " + arch
     started = time.monotonic()
     latent, actors = RAY["XFuserKSamplerAdvanced"]().ray_sample(ray_actors=actors, **SAMPLINGS[arch])
-    out["sample_seconds_" + arch] = round(time.monotonic() - started, 2)
-    out["stage"] = "sampled " + arch
-    torch.save(flat(latent["samples"]), os.path.join(OPTS.out_dir, "ray%d-%s.pt" % (cards, arch)))
-    out["workers_" + arch] = [worker_view(actor) for actor in workers]
-    if arch == "minimax":
+    out["sample_seconds_" + saved] = round(time.monotonic() - started, 2)
+    out["stage"] = "sampled " + saved
+    name = "%s%d-%s.pt" % (prefix, cards, saved) if prefix == "ray" else "%s-%s.pt" % (prefix, saved)
+    torch.save(flat(latent["samples"]), os.path.join(OPTS.out_dir, name))
+    out["workers_" + saved] = [worker_view(actor) for actor in workers]
+    if saved == "minimax" and prefix == "ray":
         from comfy_extras.nodes_lt import LTXVSeparateAVLatent
 
         video_latent, _ = LTXVSeparateAVLatent.execute({"samples": latent["samples"]}).result
@@ -327,20 +351,18 @@ def sample_on(init, arch, cards, out):
     return actors
 
 
-def case_ring(out):
-    RAY["RayInitializer"]().spawn_actor(**dict(INIT, ring_degree=2, ulysses_degree=1))
-
-
 def case_heads(out):
     init, actors = LIVE.pop("init"), LIVE.pop("actors")
-    spec = models.SPECS["minimax"](seed=0, heads=6)
-    name = "tiny_minimax_%s_6heads.safetensors" % OPTS.variant
-    safetensors.torch.save_file(models.checkpoint(spec.build(), spec, OPTS.variant), os.path.join(MODELS, name))
+    name = six_heads()
     try:
         (actors,) = RAY["RayUNETLoader"]().load_ray_unet(ray_actors_init=init, unet_name=name, weight_dtype="default")
         RAY["XFuserKSamplerAdvanced"]().ray_sample(ray_actors=actors, **SAMPLING)
     finally:
         kill(actors)
+
+
+def case_ring_misfit(out):
+    RAY["RayInitializer"]().spawn_actor(**dict(INIT, GPU=2, ulysses_degree=2, ring_degree=2, skip_comm_test=True))
 
 
 def case_too_many(out):
@@ -381,6 +403,9 @@ for name in CASES:
         if name.startswith("ray") and name[3:].partition("@")[0].isdigit():
             count, _, select = name[3:].partition("@")
             case_ray(entry, int(count), select.replace("+", ","))
+        elif re.fullmatch(r"ring\d+(x\d+)?", name):
+            ring, _, ulysses = name[4:].partition("x")
+            case_ray(entry, int(ring) * int(ulysses or 1), ring=int(ring), prefix=name)
         else:
             globals()["case_" + name](entry)
         entry["result"] = "ok"

@@ -7,7 +7,9 @@ join torch.distributed over the bed's HCCL and run raylight's Ulysses sequence p
 latent comes back to ComfyUI, which decodes it with the video VAE. The same workflow sampled by
 ComfyUI's own KSampler on one card is the reference. Two runs, chosen to cover the pairs users
 run: the users' ComfyUI v0.30.0 with raylight 1.7.2 on a 4-card box (MiniMax-H3 int8 and Wan 2.1
-int8, each on 2 and on 4 cards, one model after the other on the same workers; the bad inputs), and
+int8, each on 2 and on 4 cards, one model after the other on the same workers; ring attention, ring 2
+on 2 cards and ring 2 x Ulysses 2 on 4, which also runs a 6-head model Ulysses 4 cannot split; the bad
+inputs), and
 the newest, v0.33.0 with raylight 1.9.0 (MiniMax-H3 on 2).
 """
 
@@ -75,7 +77,8 @@ def run_in(tmp_path_factory, bed_python, name, *args, **options):
 def users(bed_python, tmp_path_factory):
     """The users' pair on a 4-card box: MiniMax-H3 and Wan 2.1 int8 on 2 and on 4 cards, the bad inputs."""
     return run_in(tmp_path_factory, bed_python, "raylight-users", USERS, 4,
-                  ["reference", "ray4", "heads", "ring", "too_many", "gpu_cluster", "ray2@1+3", "dead_worker"],
+                  ["reference", "ray4", "heads", "ring2x2", "ring2", "ring_misfit", "too_many", "gpu_cluster", "ray2@1+3",
+                   "dead_worker"],
                   arch="minimax,wan", variant="int8")
 
 
@@ -85,8 +88,9 @@ def newest(bed_python, tmp_path_factory):
                   arch="minimax", variant="int8")
 
 
-def compare(report, cards, arch):
-    ray = torch.load(report["folder"] / ("ray%d-%s.pt" % (cards, arch)))  # flat fp32 vectors of the latents
+def compare(report, cards, arch, mode=None):
+    name = ("ray%d-%s.pt" % (cards, arch)) if mode is None else ("%s-%s.pt" % (mode, arch))
+    ray = torch.load(report["folder"] / name)  # flat fp32 vectors of the latents
     reference = torch.load(report["folder"] / ("reference-%s.pt" % arch))
     cosine = torch.nn.functional.cosine_similarity(ray, reference, dim=0).item()
     return cosine, (ray - reference).abs().max().item(), reference.abs().max().item()
@@ -183,11 +187,12 @@ def test_the_patches_apply_in_comfyui_and_the_console_says_how_the_attention_run
     rows = users["driver_patches"]
     assert {name: state for name, (state, _) in rows.items()} == {
         "raylight_xfuser": "applied", "raylight_ranks": "applied", "raylight_workers": "applied",
-        "raylight_attention": "applied", "raylight_nodes": "applied", "yunchang_sync": "applied"}
+        "raylight_attention": "applied", "raylight_nodes": "applied", "yunchang_sync": "applied",
+        "yunchang_ring": "applied"}
     said = [line for line in users["stderr"].splitlines() if line.startswith("ascend_shim: raylight's")]
     assert said == ["ascend_shim: raylight's XFuser_attention=TORCH_FLASH has no NPU kernel: each card's part of "
-                    "the Ulysses attention runs torch's scaled_dot_product_attention, which torch_npu serves with "
-                    "its fused attention"]
+                    "the attention runs torch's scaled_dot_product_attention, which torch_npu serves with its fused "
+                    "attention (each ring step: torch_npu's npu_fusion_attention and its log-sum-exp)"]
 
 
 def test_comfyui_decodes_the_latent_the_workers_sampled(users):
@@ -196,10 +201,41 @@ def test_comfyui_decodes_the_latent_the_workers_sampled(users):
     assert users["cases"]["heads"]["result"] != "ok"  # the workers went on to the next case, then RayKill
 
 
-def test_ring_attention_is_refused_before_anything_starts(users):
-    ring = users["cases"]["ring"]
-    assert ring["result"].startswith("ValueError: raylight's ring_degree=2 is not available on the NPU"), ring
-    assert ring["seconds"] < 5, ring  # nothing was started
+RINGS = [("ring2", 2, "minimax"), ("ring2", 2, "wan"), ("ring2x2", 4, "minimax"), ("ring2x2", 4, "wan"),
+         ("ring2x2", 4, "minimax6")]
+
+
+@pytest.mark.parametrize("mode, cards, arch", RINGS)
+def test_ring_attention_gives_the_latent_of_one_card(users, mode, cards, arch):
+    """Each ring step is torch_npu's fused attention with its log-sum-exp, merged in fp32; the keys and
+    values go round the ring over HCCL's P2P. ``minimax6``: a 6-head MiniMax-H3 on 4 cards, which
+    Ulysses alone cannot split (ring 2 x Ulysses 2 can)."""
+    case = users["cases"][mode]
+    assert case["result"] == "ok", case.get("error")
+    cosine, max_abs, scale = compare(users, cards, arch, mode)
+    print("%s %s on %d cards: cosine %.8f, max |diff| %.3g of max |ref| %.3g (the case: %.1f s)"
+          % (mode, arch, cards, cosine, max_abs, scale, case["seconds"]))
+    assert cosine > 0.9999 and max_abs < 0.03 * scale, (cosine, max_abs, scale)
+    workers = case["workers_" + arch]
+    assert len(workers) == cards and len({card for worker in workers for card in worker["physical"]}) == cards
+    for worker in workers:
+        assert "error" not in worker and worker["cpu_fallbacks"] == {}, worker
+        assert worker["fusion_attention"] > 0, worker  # the ring steps: npu_fusion_attention
+        collectives = worker["collectives"]
+        assert collectives["send"]["calls"] > 0 and collectives["recv"]["calls"] > 0, collectives
+        assert worker["patches"]["yunchang_ring"] == "applied", worker
+
+
+@pytest.mark.parametrize("arch", ["minimax", "wan"])
+def test_ring_two_and_ring_two_by_ulysses_two_give_the_same_bits(users, arch):
+    folder = users["folder"]
+    assert torch.equal(torch.load(folder / ("ring2-%s.pt" % arch)), torch.load(folder / ("ring2x2-%s.pt" % arch)))
+
+
+def test_ring_times_ulysses_beyond_the_cards_is_raylights_own_refusal(users):
+    case = users["cases"]["ring_misfit"]
+    assert case["result"] == "ValueError: ERROR, num_gpus: 2, is lower than ulysses_degree=2 x ring_degree=2 x " \
+                             "cfg_degree=1", case
 
 
 def test_more_workers_than_cards_is_raylights_own_refusal_counted_on_the_npus(users):

@@ -394,6 +394,62 @@ class _Checks:
         with pytest.raises(RuntimeError, match="head_num 3"):
             torch_npu.npu_fusion_attention(npu(q), npu(k), npu(v), 3, "BNSD")
 
+    def test_fusion_attention_statistics_are_the_documented_softmax_max_and_sum(self):
+        """torch_npu's docs: softmax_max and softmax_sum are float32 [B, N, Sq, 8], eight equal copies of
+        the row max m of scale * q k^T and of sum(exp(scale * q k^T - m)) (MindSpeed's
+        npu_ring_attention_update reads [..., 0] of them), in every layout; so m + log(sum) is the
+        rows' log-sum-exp."""
+        torch.manual_seed(1)
+        q, k, v = (torch.randn(2, 3, 24, 16, dtype=torch.bfloat16) * 3 for _ in range(3))
+        k = k[:, :, :20]  # Skv != Sq: the stats follow the queries
+        v = v[:, :, :20]
+        scores = torch.matmul(q.double(), k.double().transpose(-1, -2)) * 0.25
+        for layout, arrange in (("BNSD", lambda t: t), ("BSND", lambda t: t.transpose(1, 2).contiguous())):
+            out, peak, total = torch_npu.npu_fusion_attention(npu(arrange(q)), npu(arrange(k)), npu(arrange(v)),
+                                                              3, layout, scale=0.25)[:3]
+            assert peak.dtype == total.dtype == torch.float32 and peak.shape == total.shape == (2, 3, 24, 8)
+            peak, total = peak.cpu(), total.cpu()
+            assert torch.equal(peak, peak[..., :1].expand_as(peak)) and torch.equal(total, total[..., :1].expand_as(total))
+            want_max = scores.amax(dim=-1)
+            assert (peak[..., 0].double() - want_max).abs().max() < 1e-4
+            want_sum = torch.exp(scores - want_max.unsqueeze(-1)).sum(dim=-1)
+            assert ((total[..., 0].double() - want_sum).abs() / want_sum).max() < 1e-5
+            lse = peak[..., 0].double() + torch.log(total[..., 0].double())
+            assert (lse - torch.logsumexp(scores, dim=-1)).abs().max() < 1e-4
+
+    def test_a_ring_step_gives_the_attention_and_its_lse_two_halves_merge_to_the_whole(self):
+        """The shim's ring step on the bed's npu_fusion_attention, merged as xfuser's ring merges (yunchang's
+        update_out_and_lse when installed, else the fp64-checked reference merge): the whole attention."""
+        if str(TESTS.parent) not in sys.path:
+            sys.path.append(str(TESTS.parent))  # this checkout's shim, beside the bed's torch_npu
+        from ascend_shim.npu_math.ring import merge_partials
+        from ascend_shim.patches.raylight.ring import ring_step_on_npu
+
+        torch.manual_seed(2)
+        q, k, v = (torch.randn(1, 32, 4, 16, dtype=torch.bfloat16) * 2 for _ in range(3))  # BSND
+        want = torch.nn.functional.scaled_dot_product_attention(*(t.double().transpose(1, 2) for t in (q, k, v)),
+                                                                scale=0.3).transpose(1, 2)
+        want_lse = torch.logsumexp(torch.matmul(q.double().transpose(1, 2), k.double().transpose(1, 2).transpose(-1, -2))
+                                   * 0.3, dim=-1)
+        whole, whole_lse = ring_step_on_npu(npu(q), npu(k), npu(v), softmax_scale=0.3, causal=False)
+        assert whole.dtype == torch.bfloat16 and whole.shape == q.shape and whole_lse.shape == (1, 4, 32)
+        assert whole_lse.dtype == torch.float32 and (whole_lse.cpu().double() - want_lse).abs().max() < 1e-4
+        parts = [ring_step_on_npu(npu(q), npu(k[:, half]), npu(v[:, half]), softmax_scale=0.3)
+                 for half in (slice(0, 12), slice(12, 32))]
+        out, lse = merge_partials(*parts[0], *parts[1])
+        assert out.dtype == torch.float32 and (out.cpu().double() - want).abs().max() < 2e-2
+        assert (lse.cpu().double() - want_lse).abs().max() < 1e-4
+        with pytest.raises(ValueError, match="no dropout, softcap, ALiBi or sliding window.*sets dropout_p$"):
+            ring_step_on_npu(npu(q), npu(k), npu(v), dropout_p=0.1)
+        try:
+            from yunchang.ring.utils import update_out_and_lse
+        except ImportError:
+            return
+        ours, ours_lse = update_out_and_lse(None, None, *parts[0])
+        ours, ours_lse = update_out_and_lse(ours, ours_lse, *parts[1])
+        assert (ours.cpu() - out.cpu()).abs().max() < 1e-5
+        assert (ours_lse.squeeze(-1).transpose(1, 2).cpu() - lse.cpu()).abs().max() < 1e-5
+
     def test_memory_held_elsewhere_and_utilization_are_read_at_each_call(self):
         free, total = torch.npu.mem_get_info(0)
         assert torch.npu.utilization(0) == 0 and not hasattr(torch.npu, "npurt")  # 2.12 has no npurt

@@ -17,7 +17,7 @@ from ascend_shim.engine import versions
 
 NEEDS = (("ray", "2.48"), ("xfuser", "0.4.4"), ("yunchang", None), ("einops", None))
 RAYLIGHT_PATCHES = ("raylight_workers", "raylight_xfuser", "raylight_ranks", "raylight_attention",
-                    "raylight_nodes", "yunchang_sync")
+                    "raylight_nodes", "yunchang_sync", "yunchang_ring")
 
 
 def _numbers(version: str) -> tuple:
@@ -78,12 +78,13 @@ def check(report: Dict[str, Any], findings) -> None:
     if not report["shim"]["active"] or not config.enabled or off:
         findings.add(WARNING, "%s will not run on the NPUs: the shim's raylight patches are off (%s)"
                      % (what, ", ".join(off) if off else "the shim is not active"),
-                     "leave raylight_* and yunchang_sync out of ASCEND_SHIM_DISABLE")
+                     "leave raylight_* and yunchang_* out of ASCEND_SHIM_DISABLE")
         return
     count = report["npu"]["count"]
     visible = os.environ.get("ASCEND_RT_VISIBLE_DEVICES")
     limit = "" if visible is None else " (ASCEND_RT_VISIBLE_DEVICES=%s: raylight's workers get these alone)" % visible
     findings.add(INFO, "%s runs its workers on the NPUs: %d card(s) for its GPU count%s, one Ray NPU each, HCCL; "
-                 "ulysses_degree must divide the model's attention heads (MiniMax-H3: 56), ring_degree stays 1, "
+                 "ulysses_degree must divide the model's attention heads (MiniMax-H3: 56), ring_degree splits the "
+                 "sequence further (ulysses x ring = the cards), "
                  "every XFuser_attention runs as torch_npu's fused attention (ray %s, xfuser %s, yunchang %s)"
                  % (what, count, limit, found["needs"]["ray"], found["needs"]["xfuser"], found["needs"]["yunchang"]))

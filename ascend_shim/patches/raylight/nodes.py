@@ -8,11 +8,10 @@ Advanced form's ``GPU_SELECT`` (indices among the cards ComfyUI sees) restricts 
 starts through ``CUDA_VISIBLE_DEVICES``, which Ray's NPU detection does not read: while it
 starts Ray, ``ASCEND_RT_VISIBLE_DEVICES`` names the same cards (ascending, as ACL takes them),
 so Ray gives the workers those cards. Before it spawns workers, one line says how the
-attention runs (every ``XFuser_attention`` runs as torch's SDPA, torch_npu's fused attention:
-patch raylight_attention), and a ring degree above 1 is refused: yunchang's ring step merges
-partial results by their log-sum-exp, which its SDPA kernel does not return (it gives zeros),
-so ring attention would compute a wrong latent without a word. Ulysses (all-to-all of heads)
-has no such step.
+attention runs: every ``XFuser_attention`` runs as torch's SDPA, torch_npu's fused attention
+(patch raylight_attention), and each step of a ring (``ring_degree`` above 1) as
+``npu_fusion_attention`` with the log-sum-exp the ring merges by (patch yunchang_ring).
+raylight itself refuses degrees whose product does not fit the cards.
 """
 
 import os
@@ -24,18 +23,9 @@ from ascend_shim.patches.shared.guards import process_on_npu_and_attribute
 from ascend_shim.patches.shared.wraps import wrap_function
 from ascend_shim.patches.raylight.attention import NPU_ATTENTION
 
-RING, ATTENTION, SELECT = (4, "ring_degree"), (11, "XFuser_attention"), (14, "GPU_SELECT")
+ATTENTION, SELECT = (11, "XFuser_attention"), (14, "GPU_SELECT")
 ASCEND = "ASCEND_RT_VISIBLE_DEVICES"
 _said: set = set()
-
-
-def check_ring(ring_degree):
-    if ring_degree is not None and int(ring_degree) > 1:
-        raise ValueError(
-            "raylight's ring_degree=%d is not available on the NPU: ring attention merges each card's partial "
-            "attention by its log-sum-exp, which the NPU attention it runs does not return, so the latent would "
-            "be wrong. Set ring_degree to 1 and split the sequence with ulysses_degree (it must divide the "
-            "model's attention heads)" % int(ring_degree))
 
 
 def say_attention(choice):
@@ -43,8 +33,9 @@ def say_attention(choice):
 
     if choice is not None and choice != NPU_ATTENTION and choice not in _said:
         _said.add(choice)
-        write("raylight's XFuser_attention=%s has no NPU kernel: each card's part of the Ulysses attention runs "
-              "torch's scaled_dot_product_attention, which torch_npu serves with its fused attention" % choice)
+        write("raylight's XFuser_attention=%s has no NPU kernel: each card's part of the attention runs torch's "
+              "scaled_dot_product_attention, which torch_npu serves with its fused attention (each ring step: "
+              "torch_npu's npu_fusion_attention and its log-sum-exp)" % choice)
 
 
 def selected_cards(gpu_select, visible):
@@ -75,7 +66,6 @@ def selected_cards(gpu_select, visible):
 
 
 def _spawn_actor(module, wrapped, instance, args, kwargs):
-    check_ring(argument(args, kwargs, *RING))
     say_attention(argument(args, kwargs, *ATTENTION))
     cards = selected_cards(argument(args, kwargs, *SELECT), os.environ.get(ASCEND))
     if cards is None:
@@ -100,7 +90,7 @@ def apply(changes, module):
 PATCH = Patch(
     name="raylight_nodes",
     target="raylight.nodes",
-    summary="raylight's RayInitializer counts NPUs and takes GPU_SELECT's; ring attention refused, attention said",
+    summary="raylight's RayInitializer counts NPUs and takes GPU_SELECT's; how the attention runs said",
     guard=process_on_npu_and_attribute("RayInitializer"),
     apply=apply,
     version=versions.raylight,
