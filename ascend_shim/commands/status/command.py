@@ -9,104 +9,18 @@ Exit status: 0, or 1 when a module given to ``--import`` (or one it pulled
 in for the patches) fails to import.
 """
 
-import contextlib
-import importlib
-import io
 import sys
 import textwrap
 from typing import Any, Dict
 
 from ascend_shim.cli import json_report as _json_report
+from ascend_shim.commands.status import imports as asked_imports
 from ascend_shim.commands.status import sections as reports
 from ascend_shim.engine import versions
 from ascend_shim.cli.text import WIDTH, fill
 
 COLUMNS = ("name", "target", "state", "detail")
-NOT_THERE = "not in this version"
 NEXT_IMPORT = "python -m ascend_shim status --import comfy.model_management"
-
-
-def _one_line(exc):
-    text = str(exc).strip()
-    return "%s: %s" % (type(exc).__name__, text.splitlines()[0] if text else "")
-
-
-def _import(name):
-    """None when ``name`` imports, else the error in one line.
-
-    What the module prints goes to stderr: stdout carries the report (--json).
-    """
-    try:
-        with contextlib.redirect_stdout(sys.stderr or io.StringIO()):
-            importlib.import_module(name)
-    except KeyboardInterrupt:
-        raise
-    except BaseException as exc:  # SystemExit from a module's argparse counts too
-        return _one_line(exc)
-    return None
-
-
-def _patch_modules():
-    """{patch name: modules it waits for}; empty when the patch list cannot load."""
-    try:
-        from ascend_shim.patches import PATCHES
-    except Exception:
-        return {}
-    return {p.name: tuple(p.modules) for p in PATCHES}
-
-
-def _disabled(name):
-    """Whether ASCEND_SHIM_DISABLE leaves the patch ``name`` out (decided or not yet)."""
-    try:
-        from ascend_shim.startup import config as _config
-
-        return bool(_config.get().patch_disabled(name))
-    except Exception:
-        return False
-
-
-def waiting_for(row, modules):
-    """The modules a pending patch still waits for (its target when unknown);
-    none for a patch ASCEND_SHIM_DISABLE leaves out."""
-    if row.get("state") != "pending" or _disabled(row["name"]):
-        return []
-    needed = modules.get(row["name"], (row["target"],))
-    return [m for m in needed if m not in sys.modules]
-
-
-def follow_up(imported, rows, modules):
-    """Modules under the roots of ``imported`` that pending patches still wait for."""
-    roots = {name.partition(".")[0] for name in imported}
-    wanted = []
-    for row in rows:
-        for name in waiting_for(row, modules):
-            if name.partition(".")[0] in roots and name not in sys.modules and name not in wanted:
-                wanted.append(name)
-    return wanted
-
-
-def import_all(names, modules, status):
-    """Import what was asked, then what the pending patches need; report each."""
-    report: Dict[str, Dict[str, Any]] = {"asked": {}, "followed": {}}
-    for name in names:
-        report["asked"][name] = _import(name)
-    import ascend_shim
-    from ascend_shim.cli import activation
-
-    if ascend_shim.withdrawn() or activation.switched_off() is not None:
-        return report  # the shim left the import path, or is off: no patch waits for anything here
-    done = [n for n, error in report["asked"].items() if error is None]
-    for name in follow_up(done, status()["patches"], modules):
-        error = _import(name)
-        if error and error.startswith("ModuleNotFoundError") and "'%s'" % name in error:
-            error = NOT_THERE
-        report["followed"][name] = error
-    return report
-
-
-def _failed(imports):
-    return [(n, e) for part in ("asked", "followed") for n, e in imports[part].items()
-            if e is not None and e != NOT_THERE]
 
 
 KITCHEN_PATCHES = ("kitchen_int8", "kitchen_priority")
@@ -124,9 +38,9 @@ def _shown(row, modules, context):
         return row["state"], reason
     if context["switched_off"]:
         return "inert", "not patched: %s" % context["inactive"]
-    if _disabled(row["name"]):
+    if asked_imports.disabled(row["name"]):
         return "disabled", "disabled by ASCEND_SHIM_DISABLE (its module is not imported yet)"
-    waiting = waiting_for(row, modules)
+    waiting = asked_imports.waiting_for(row, modules)
     gone = [name for name in waiting if name in context["absent"]]
     if gone:
         return "n/a", "does not apply: this version has no %s" % ", ".join(gone)
@@ -195,8 +109,8 @@ def collect(imports_asked):
     # activate for this process's own imports where startup did not (python -S,
     # --target installs); the headline still reports the startup state
     ascend_shim.init()
-    modules = _patch_modules()
-    imports = import_all(imports_asked, modules, lambda: _engine_status(ascend_shim))
+    modules = asked_imports.patch_modules()
+    imports = asked_imports.import_all(imports_asked, modules, lambda: _engine_status(ascend_shim))
     machine = hardware.see()  # imports torch_npu where it exists: its patches decide now
     int_mm = sys.modules.get("ascend_shim.aten.int_mm")
     if machine["npu"] and int_mm is not None:
@@ -205,8 +119,8 @@ def collect(imports_asked):
     shim = data.get("shim") or {}
     context = {
         "alloc_note": _alloc_note(machine),
-        "absent": {name for name, error in imports["followed"].items() if error == NOT_THERE},
-        "failed": {name for name, _ in _failed(imports)},
+        "absent": {name for name, error in imports["followed"].items() if error == asked_imports.NOT_THERE},
+        "failed": {name for name, _ in asked_imports.failed(imports)},
         "inactive": _why_inactive(startup, shim),
         "withdrawn": shim.get("withdrawn"),
         "npu": machine["npu"],
@@ -216,7 +130,7 @@ def collect(imports_asked):
         "hook_running": startup["switched_off"] is None and not shim.get("engine_error"),
     }
     for row in data["patches"]:
-        row["waiting_for"] = waiting_for(row, modules)
+        row["waiting_for"] = asked_imports.waiting_for(row, modules)
         row["shown_state"], row["detail"] = _shown(row, modules, context)
     data["kitchen_in_use"] = kitchen_in_use()
     data.update(startup=startup, machine=machine, imports=imports)
@@ -317,14 +231,15 @@ def next_step(data):
             return "unset ASCEND_SHIM to switch the shim back on"
         return ("install the shim with this python (python -m pip install <checkout>), or start "
                 "ComfyUI with PYTHONPATH=<checkout root>; then run `python -m ascend_shim doctor`")
-    failed = _failed(imports)
+    failed = asked_imports.failed(imports)
     reasons = [why_failed(name, error, machine) for name, error in failed]
     if failed and reasons[0]:
         return reasons[0]
     if failed:  # its own traceback, not another command that would send the user back here
         return ("fix the import error above: `python -c 'import %s'` here shows its traceback, which "
                 "names the file that raised" % failed[0][0])
-    if _disabled("*") or all(_disabled(row["name"]) for row in data.get("patches", ()) or [{"name": "*"}]):
+    rows = data.get("patches", ()) or [{"name": "*"}]
+    if asked_imports.disabled("*") or all(asked_imports.disabled(row["name"]) for row in rows):
         return ("ASCEND_SHIM_DISABLE leaves every patch out, so the shim changes nothing: unset it "
                 "(or name fewer patches) to let the shim act")
     if not machine["npu"] and machine.get("hidden_by"):
@@ -391,7 +306,7 @@ def main(options):
         _json_report.emit(data, sort_keys=True)
     else:
         print(render(data, options.verbose))
-    failed = _failed(data["imports"])
+    failed = asked_imports.failed(data["imports"])
     if sys.stderr is not None:
         for name, error in failed:
             sys.stderr.write("could not import %s: %s\n" % (name, error))
