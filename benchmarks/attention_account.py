@@ -2,7 +2,7 @@
 
 One interpreter with the bed's fake torch_npu (its SDPA kernel counts fused vs
 math path, computing on the CPU). The account's wrapper is applied as the
-patch applies it (wrapt, via ``patches._wraps``) to a stand-in for
+patch applies it (wrapt, via ``patches.shared.wraps``) to a stand-in for
 ``comfy.ops`` holding torch's SDPA, and timed against the same call unwrapped:
 
   account adds   the wrapper around a no-op, less the same no-op unwrapped: what

@@ -47,7 +47,7 @@ def disabled(name):
     try:
         from ascend_shim.startup import config as _config
 
-        return bool(_config.get().patchdisabled(name))
+        return bool(_config.get().patch_disabled(name))
     except Exception:
         return False
 
