@@ -20,7 +20,7 @@ import pytest
 import harness
 from ascend_shim.cli import json_report as _json_report
 from ascend_shim.commands.bench import layers as bench_layers
-from ascend_shim.commands.bench import timing as bench_timing
+from ascend_shim.cli import hardware
 from ascend_shim.commands.bench import rope as bench_rope
 from ascend_shim.commands import main as cli
 from ascend_shim.commands.selftest import report as selftest_report
@@ -178,7 +178,7 @@ def test_bench_times_kitchens_eager_rope_against_the_fused_one(bed_python, tmp_p
 def test_a_real_device_backend_is_not_taken_for_an_emulation():
     import torch
 
-    assert bench_timing.emulation(torch, torch.device("cpu")) is None
+    assert hardware.emulation(torch, torch.device("cpu")) is None
 
 
 def test_bench_memory_need_counts_every_tensor_of_a_measurement():

@@ -18,6 +18,7 @@ import sys
 import time
 from typing import Any, Dict, List, Optional, Tuple
 
+from ascend_shim.cli.hardware import emulation
 from ascend_shim.commands.bench import timing
 from ascend_shim.commands.bench import card_facts
 from ascend_shim.cli import json_report as _json_report
@@ -125,7 +126,7 @@ def run(options: Any) -> int:
             len(cards), " (ASCEND_RT_VISIBLE_DEVICES=%s)" % os.environ["ASCEND_RT_VISIBLE_DEVICES"]
             if "ASCEND_RT_VISIBLE_DEVICES" in os.environ else ""), timing.NO_NPU)
     device = torch.device("npu", torch.npu.current_device())  # type: ignore[attr-defined]
-    emulated = timing.emulation(torch, device)
+    emulated = emulation(torch, device)
     tiny = bool(options.tiny or emulated)
     dims = step.TINY if tiny else step.REAL
     repeat, warmup = EMULATED_DEFAULTS if emulated else DEFAULTS

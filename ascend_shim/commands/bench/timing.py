@@ -6,6 +6,8 @@ import sys
 import time
 from typing import Any, Callable, Optional, Tuple
 
+from ascend_shim.cli.hardware import emulation
+
 NO_NPU = 3
 USAGE = 2
 GIB = 1024.0 ** 3
@@ -53,13 +55,6 @@ def duration(seconds: float) -> str:
         return "%d s" % max(round(seconds), 1)
     minutes, seconds = divmod(round(seconds), 60)
     return "%d min %02d s" % (minutes, seconds)
-
-
-def emulation(torch: Any, device: Any) -> Optional[str]:
-    """Why ``device`` is an emulation, or None for a real device (``hardware.emulation``)."""
-    from ascend_shim.cli.hardware import emulation as _emulation
-
-    return _emulation(torch, device)
 
 
 def host_memory() -> Optional[int]:

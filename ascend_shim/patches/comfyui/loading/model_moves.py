@@ -58,7 +58,8 @@ def _model_size(loaded: Any) -> Optional[tuple]:
         return None
 
 
-def _synchronize(device: Any) -> None:
+def synchronize(device: Any) -> None:
+    """Wait for ``device``'s queued work (prompt_stages too); never raises."""
     try:
         import torch
 
@@ -73,7 +74,7 @@ def _timed(kind: str, wrapped: Any, instance: Any, args: tuple, kwargs: dict) ->
     before, name = _loaded_bytes(instance), _model_name(instance)
     start = time.perf_counter()
     result = wrapped(*args, **kwargs)  # the original runs here, unchanged: what raised is in the frames below
-    _synchronize(instance.device)
+    synchronize(instance.device)
     seconds = time.perf_counter() - start
     after = _loaded_bytes(instance)
     moved = abs(after - before) if before is not None and after is not None else None

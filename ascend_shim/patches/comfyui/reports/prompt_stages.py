@@ -35,15 +35,11 @@ _state: Dict[str, Any] = {"mm": None, "prompt": None}  # mm while applied; the o
 
 
 def _synchronize() -> None:
-    mm = _state["mm"]
-    if mm is None:
-        return
-    try:
-        import torch
+    from ascend_shim.patches.comfyui.loading import model_moves
 
-        torch.npu.synchronize(mm.get_torch_device())  # type: ignore[attr-defined]
-    except Exception:  # timing must never break a prompt
-        pass
+    mm = _state["mm"]
+    if mm is not None:
+        model_moves.synchronize(mm.get_torch_device())
 
 
 def _moved_seconds() -> float:
@@ -100,10 +96,13 @@ def summed(entries: List[Dict[str, Any]]) -> List[Dict[str, Any]]:
 # -- one stage -----------------------------------------------------------------------------------
 
 
-def _timed(stage: str, detail: Dict[str, Any], wrapped: Any, args: tuple, kwargs: dict) -> Any:
+def _timed(stage: str, wrapped: Any, args: tuple, kwargs: dict, detail: Any = dict) -> Any:
+    """``wrapped`` timed as ``stage`` of the open prompt; ``detail()`` (steps, VAE kind) is asked
+    only when it is timed."""
     if _state["prompt"] is None or getattr(_thread, "busy", False):
         return wrapped(*args, **kwargs)  # the original runs here, unchanged: what raised is in the frames below
     _thread.busy = True
+    detail = detail()
     _synchronize()
     moved, start = _moved_seconds(), time.perf_counter()
     raised = True
@@ -124,11 +123,11 @@ def _timed(stage: str, detail: Dict[str, Any], wrapped: Any, args: tuple, kwargs
 
 
 def _read(sd, wrapped, instance, args, kwargs):
-    return _timed(READ, {}, wrapped, args, kwargs)
+    return _timed(READ, wrapped, args, kwargs)
 
 
 def _text(sd, wrapped, instance, args, kwargs):
-    return _timed(TEXT, {}, wrapped, args, kwargs)
+    return _timed(TEXT, wrapped, args, kwargs)
 
 
 def _steps(args: tuple, kwargs: dict) -> int:
@@ -139,9 +138,7 @@ def _steps(args: tuple, kwargs: dict) -> int:
 
 
 def _sampling(sd, wrapped, instance, args, kwargs):
-    if _state["prompt"] is None:
-        return wrapped(*args, **kwargs)  # the original runs here, unchanged: what raised is in the frames below
-    return _timed(SAMPLING, {"steps": _steps(args, kwargs)}, wrapped, args, kwargs)
+    return _timed(SAMPLING, wrapped, args, kwargs, lambda: {"steps": _steps(args, kwargs)})
 
 
 def vae_kind(vae: Any) -> str:
@@ -154,15 +151,11 @@ def vae_kind(vae: Any) -> str:
 
 
 def _decode(sd, wrapped, instance, args, kwargs):
-    if _state["prompt"] is None:
-        return wrapped(*args, **kwargs)  # the original runs here, unchanged: what raised is in the frames below
-    return _timed(DECODE, {"kind": vae_kind(instance)}, wrapped, args, kwargs)
+    return _timed(DECODE, wrapped, args, kwargs, lambda: {"kind": vae_kind(instance)})
 
 
 def _encode(sd, wrapped, instance, args, kwargs):
-    if _state["prompt"] is None:
-        return wrapped(*args, **kwargs)  # the original runs here, unchanged: what raised is in the frames below
-    return _timed(ENCODE, {"kind": vae_kind(instance)}, wrapped, args, kwargs)
+    return _timed(ENCODE, wrapped, args, kwargs, lambda: {"kind": vae_kind(instance)})
 
 
 # -- the line ------------------------------------------------------------------------------------
