@@ -138,6 +138,8 @@ _C10D = torch._C._distributed_c10d  # the c10d option classes the transport take
 _lock = threading.Lock()
 _registered = False
 _groups: dict = {}  # group name -> _Group
+_RELEASE_WAIT_S = 10.0  # at most, for gloo's worker to drop a finished work's buffers (_run)
+_RELEASE_POLL_S = 0.0002
 _traffic: dict = {}  # (physical card, kind) -> {"calls", "sent", "received"}
 
 # --------------------------------------------------------------------------- torch_npu's wording
@@ -468,8 +470,32 @@ def _done(outputs):
     return torch._C._distributed_c10d._create_work_from_future(fut).boxed()
 
 
-def _wait(work) -> None:
+def _tensors(values):
+    for value in values:
+        if isinstance(value, torch.Tensor):
+            yield value
+        elif isinstance(value, (list, tuple)):
+            yield from _tensors(value)
+
+
+def _run(call, *args) -> None:
+    """One transport collective, run to completion, returning once gloo has let go of its buffers.
+
+    Gloo's worker thread completes a work's future before it drops the work, and the buffers it
+    holds. Where that drop is the buffers' last reference, freeing them takes the GIL; in a process
+    already finalizing (the last collective right before exit) that aborts it ("terminate called
+    without an active exception", pytorch/pytorch#179291; seen in this bed's two-rank runs), a
+    crash real HCCL does not have. So the buffers stay referenced here until the transport's count
+    on them is gone (a few microseconds), and their last reference is always this thread's.
+    """
+    held = list(_tensors(args))
+    baseline = [t._use_count() for t in held]
+    work = call(*args)
     work.wait()
+    del work
+    deadline = time.monotonic() + _RELEASE_WAIT_S
+    while any(t._use_count() > n for t, n in zip(held, baseline)) and time.monotonic() < deadline:
+        time.sleep(_RELEASE_POLL_S)
 
 
 # --------------------------------------------------------------------------- the ops
@@ -512,7 +538,7 @@ def _allreduce(group, b):
     _count(card, "all_reduce", 2 * (p - 1) / p * s, 2 * (p - 1) / p * s)
     stage = _Staged()
     buf = stage.reducible(_cpu(t), work_dtype)
-    _wait(group.transport.allreduce([buf], _opts(_C10D.AllreduceOptions, reduceOp=_red(op))))
+    _run(group.transport.allreduce, [buf], _opts(_C10D.AllreduceOptions, reduceOp=_red(op)))
     stage.finish([buf] if _is_avg(b["reduce_op"]) else (), p)
     return tensors, _done(tensors)
 
@@ -529,7 +555,7 @@ def _allreduce_coalesced(group, b):
         _check_reducible(work_dtype, "allreduce_coalesced")
         op = _reduce_op(b["reduce_op"], work_dtype)
         buf = stage.reducible(_cpu(t), work_dtype)
-        _wait(group.transport.allreduce([buf], _opts(_C10D.AllreduceOptions, reduceOp=_red(op))))
+        _run(group.transport.allreduce, [buf], _opts(_C10D.AllreduceOptions, reduceOp=_red(op)))
         if _is_avg(b["reduce_op"]):
             avg.append(buf)
     total = sum(_nbytes(t) for t in tensors)
@@ -547,7 +573,7 @@ def _broadcast(group, b):
     root = b["root_rank"] * len(tensors) + b["root_tensor"]
     s = _nbytes(t)
     _count(card, "broadcast", s if group.rank == root else 0, 0 if group.rank == root else s)
-    _wait(group.transport.broadcast([_bytes(t)], _opts(_C10D.BroadcastOptions, rootRank=root, rootTensor=0)))
+    _run(group.transport.broadcast, [_bytes(t)], _opts(_C10D.BroadcastOptions, rootRank=root, rootTensor=0))
     return tensors, _done(tensors)
 
 
@@ -563,7 +589,7 @@ def _reduce(group, b):
     _count(card, "reduce", 0 if group.rank == root else s, s if group.rank == root else 0)
     stage = _Staged()
     buf = stage.reducible(_cpu(t), work_dtype)
-    _wait(group.transport.reduce([buf], _opts(_C10D.ReduceOptions, rootRank=root, rootTensor=0, reduceOp=_red(op))))
+    _run(group.transport.reduce, [buf], _opts(_C10D.ReduceOptions, rootRank=root, rootTensor=0, reduceOp=_red(op)))
     stage.finish([buf] if _is_avg(b["reduce_op"]) else (), group.size)
     return _done(tensors)
 
@@ -586,7 +612,7 @@ def _allgather(group, b):
     _count(card, "all_gather", (p - 1) / p * s, (p - 1) / p * s)
     stage = _Staged()
     out_bufs = [stage.bytes_out(o) for o in outs]
-    _wait(group.transport.allgather([out_bufs], [_bytes(t)], _C10D.AllgatherOptions()))
+    _run(group.transport.allgather, [out_bufs], [_bytes(t)], _C10D.AllgatherOptions())
     stage.finish()
     return outputs, _done([o for o in outs])
 
@@ -603,7 +629,7 @@ def _allgather_base(group, b):
     _hccl_type(t.dtype)
     p, s = group.size, _nbytes(out)
     _count(card, "all_gather_into_tensor", (p - 1) / p * s, (p - 1) / p * s)
-    _wait(group.transport._allgather_base(_bytes(out), _bytes(t), _C10D.AllgatherOptions()))
+    _run(group.transport._allgather_base, _bytes(out), _bytes(t), _C10D.AllgatherOptions())
     return out, _done([out])
 
 
@@ -616,7 +642,7 @@ def _allgather_into_tensor_coalesced(group, b):
     p = group.size
     for out, t in zip(outs, ins):
         _hccl_type(t.dtype)
-        _wait(group.transport._allgather_base(_bytes(out), _bytes(t), _C10D.AllgatherOptions()))
+        _run(group.transport._allgather_base, _bytes(out), _bytes(t), _C10D.AllgatherOptions())
     s = sum(_nbytes(o) for o in outs)
     _count(card, "all_gather_into_tensor_coalesced", (p - 1) / p * s, (p - 1) / p * s)
     return _done(outs)
@@ -627,8 +653,8 @@ def _reduce_scatter_flat(group, stage, out_cpu, in_cpu, work_dtype, op):
     in_buf = stage.reducible(in_cpu.reshape(-1) if in_cpu.is_contiguous() else in_cpu.contiguous().reshape(-1),
                              work_dtype)
     out_buf = stage.reducible(out_cpu, work_dtype)
-    _wait(group.transport._reduce_scatter_base(out_buf.reshape(-1), in_buf,
-                                               _opts(_C10D.ReduceScatterOptions, reduceOp=_red(op))))
+    _run(group.transport._reduce_scatter_base, out_buf.reshape(-1), in_buf,
+                                               _opts(_C10D.ReduceScatterOptions, reduceOp=_red(op)))
     return out_buf
 
 
@@ -729,7 +755,7 @@ def _alltoall_base(group, b):
     out_bytes = [n * out_row for n in out_splits]
     me = group.rank
     _count(card, "all_to_all_single", sum(in_bytes) - in_bytes[me], sum(out_bytes) - out_bytes[me])
-    _wait(group.transport.alltoall_base(_bytes(out), _bytes(t), out_bytes, in_bytes, _C10D.AllToAllOptions()))
+    _run(group.transport.alltoall_base, _bytes(out), _bytes(t), out_bytes, in_bytes, _C10D.AllToAllOptions())
     return _done([out])
 
 
@@ -751,7 +777,7 @@ def _alltoall(group, b):
     me = group.rank
     _count(card, "all_to_all", sum(_nbytes(i) for r, i in enumerate(ins) if r != me),
            sum(_nbytes(o) for r, o in enumerate(outs) if r != me))
-    _wait(group.transport.alltoall([_bytes(o) for o in outs], [_bytes(i) for i in ins], _C10D.AllToAllOptions()))
+    _run(group.transport.alltoall, [_bytes(o) for o in outs], [_bytes(i) for i in ins], _C10D.AllToAllOptions())
     return outs, _done(outs)
 
 
@@ -763,7 +789,7 @@ def _barrier(group, b):
     for index in indices:
         card = group.comm(index)
         _count(card, "barrier", 2 * (p - 1) / p * 4, 2 * (p - 1) / p * 4)
-        _wait(group.transport.allreduce([torch.ones(1)], _C10D.AllreduceOptions()))
+        _run(group.transport.allreduce, [torch.ones(1)], _C10D.AllreduceOptions())
     return _done([])
 
 
@@ -807,7 +833,7 @@ def _scatter(group, b):
     _count(card, "scatter", (p - 1) * s if group.rank == root else 0, 0 if group.rank == root else s)
     stage = _Staged()
     ins = [[stage.bytes_in(i) for i in inputs[0]]] if group.rank == root else []
-    _wait(group.transport.scatter([_bytes(out)], ins, _opts(_C10D.ScatterOptions, rootRank=root)))
+    _run(group.transport.scatter, [_bytes(out)], ins, _opts(_C10D.ScatterOptions, rootRank=root))
     return outputs, _done(outputs)
 
 
@@ -836,7 +862,7 @@ def _gather(group, b):
     _count(card, "gather", 0 if group.rank == root else s, (p - 1) * s if group.rank == root else 0)
     stage = _Staged()
     outs = [[stage.bytes_out(o) for o in outputs[0]]] if group.rank == root else []
-    _wait(group.transport.gather(outs, [_bytes(t)], _opts(_C10D.GatherOptions, rootRank=root)))
+    _run(group.transport.gather, outs, [_bytes(t)], _opts(_C10D.GatherOptions, rootRank=root))
     stage.finish()
     return _done(outputs[0] if outputs else [])
 
