@@ -41,6 +41,7 @@ from ascend_shim.patches.kitchen import int8 as kitchen_int8
 from ascend_shim.patches.kitchen import priority as kitchen_priority
 from ascend_shim.patches.raylight import attention as raylight_attention
 from ascend_shim.patches.raylight import cache_sync as raylight_cache_sync
+from ascend_shim.patches.raylight import controlnet as raylight_controlnet
 from ascend_shim.patches.raylight import nodes as raylight_nodes
 from ascend_shim.patches.raylight import ranks as raylight_ranks
 from ascend_shim.patches.raylight import ring as yunchang_ring
@@ -90,6 +91,7 @@ PATCHES = [
     raylight_xfuser.PATCH,
     raylight_ranks.PATCH,
     raylight_workers.PATCH,
+    raylight_controlnet.PATCH,
     raylight_attention.PATCH,
     raylight_nodes.PATCH,
     raylight_cache_sync.PATCH,

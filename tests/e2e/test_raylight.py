@@ -187,6 +187,7 @@ def test_the_patches_apply_in_comfyui_and_the_console_says_how_the_attention_run
     rows = users["driver_patches"]
     assert {name: state for name, (state, _) in rows.items()} == {
         "raylight_xfuser": "applied", "raylight_ranks": "applied", "raylight_workers": "applied",
+        "raylight_controlnet": "applied",
         "raylight_attention": "applied", "raylight_nodes": "applied", "raylight_cache_sync": "applied",
         "yunchang_sync": "applied", "yunchang_ring": "applied"}
     said = [line for line in users["stderr"].splitlines() if line.startswith("ascend_shim: raylight's")]
