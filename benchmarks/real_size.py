@@ -55,6 +55,9 @@ Contenders, each a fresh interpreter (as ``sampling_step.py``): shim (kitchen 0.
 v0.30.0 pins, defaults), eager (0.2.26, ``ASCEND_SHIM_INT8=off``), upstream (0.2.40,
 ``ASCEND_SHIM_INT8=upstream``). ``--cards`` counts the shim.
 
+The rest of the user's prompt (text encoder, video and audio decode, loads and unloads, launches), stage by
+stage on 1 and 8 cards: ``real_size_prompt.py``, which reuses this file's counts.
+
     python benchmarks/real_size.py [--parts dit,vae] [--contenders shim,eager,upstream] [--cfg 1]
                                    [--cards 1,2,4,8] [--hccs-gbps 28] [--width 864 --height 480] [--json]
 """
@@ -189,6 +192,26 @@ def print_kit_coverage(report):
     print("| **total** | **%d / %.1f** | **%d / %.1f** |" % (totals[0], totals[1] / 1e9, totals[2], totals[3] / 1e9))
 
 
+def collective_bytes(report):
+    """(all-to-all, all-gather) bytes one card sends per counted step."""
+    sent = report["step"].get("collectives", {})
+    return tuple(sent.get(op, (0, 0))[1] for op in ("all_to_all", "all_gather"))
+
+
+def hccs_seconds(sent_bytes, cards, link_bandwidth):
+    """Seconds a card's collectives take over HCCS: its N-1 peers over N-1 links at once (full mesh)."""
+    return sent_bytes / ((cards - 1) * link_bandwidth) if cards > 1 else 0.0
+
+
+def card_step(report, peaks, cards, link_bandwidth):
+    """One counted step per card: {kernels, roofline_s, sent_bytes, hccs_s, step_s}."""
+    kernels, _nbytes, _flops, _int8, bound = [sum(r[i] for r in summarise(report, peaks).values()) for i in range(5)]
+    sent = sum(collective_bytes(report))
+    link_seconds = hccs_seconds(sent, cards, link_bandwidth)
+    return {"kernels": kernels, "roofline_s": bound, "sent_bytes": sent, "hccs_s": link_seconds,
+            "step_s": bound + link_seconds}
+
+
 def card_table(results, peaks, link_bandwidth):
     """Per card and step on N cards: work, collectives sent, the bound and the predicted step."""
     tokens = next((r.get("tokens") for r in results.values() if r.get("stage") == "done"), None)
@@ -203,9 +226,8 @@ def card_table(results, peaks, link_bandwidth):
             print("| %d | error: %s |" % (cards, report.get("error")))
             continue
         kernels, nbytes, flops, int8, bound = [sum(r[i] for r in summarise(report, peaks).values()) for i in range(5)]
-        sent = report["step"].get("collectives", {})
-        all_to_all, all_gather = (sent.get(op, (0, 0))[1] for op in ("all_to_all", "all_gather"))
-        link_seconds = (all_to_all + all_gather) / ((cards - 1) * link_bandwidth) if cards > 1 else 0.0
+        all_to_all, all_gather = collective_bytes(report)
+        link_seconds = hccs_seconds(all_to_all + all_gather, cards, link_bandwidth)
         per_step = bound + link_seconds
         one_card = one_card or (per_step if cards == 1 else None)
         print("| %d | %d | %.0f | %.0f | %.0f | %.2f | %.2f | %.3f | %.3f | **%.2f** | %s | %.0f %% |" % (
@@ -217,10 +239,8 @@ def card_table(results, peaks, link_bandwidth):
         print("  " + anchor)
 
 
-def main():
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--parts", default="dit,vae")
-    parser.add_argument("--contenders", default=",".join(CONTENDERS))
+def add_case_arguments(parser):
+    """The case's size and the bound's peaks and link, as this benchmark and ``real_size_prompt.py`` take them."""
     parser.add_argument("--variant", default="int8", choices=("int8", "bf16"))
     parser.add_argument("--text-len", type=int, default=256, help="prompt tokens (Qwen3-VL states)")
     parser.add_argument("--width", type=int, default=step.VIDEO["width"])
@@ -230,14 +250,26 @@ def main():
     parser.add_argument("--tflops", type=float, default=step.BF16_TFLOPS, help="FP16/BF16 cube peak, TFLOPS")
     parser.add_argument("--int8-tops", type=float, default=step.INT8_TOPS, help="INT8 cube peak, TOPS")
     parser.add_argument("--tbps", type=float, default=step.HBM_TBPS, help="HBM bandwidth, TB/s")
-    parser.add_argument("--cards", default="", help="e.g. 1,2,4,8: the DiT step per card under raylight's Ulysses "
-                        "split (degrees that divide MiniMax-H3's 56 heads: 1, 2, 4, 7, 8)")
     parser.add_argument("--hccs-gbps", type=float, default=step.HCCS_LINK_GB_S,
                         help="HCCS bandwidth per link and direction, GB/s")
+
+
+def peaks_of(options):
+    """(FLOP/s, int8 OP/s, bytes/s) from the options."""
+    return options.tflops * 1e12, options.int8_tops * 1e12, options.tbps * 1e12
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--parts", default="dit,vae")
+    parser.add_argument("--contenders", default=",".join(CONTENDERS))
+    add_case_arguments(parser)
+    parser.add_argument("--cards", default="", help="e.g. 1,2,4,8: the DiT step per card under raylight's Ulysses "
+                        "split (degrees that divide MiniMax-H3's 56 heads: 1, 2, 4, 7, 8)")
     parser.add_argument("--json", action="store_true")
     options = parser.parse_args()
     cards = [int(n) for n in options.cards.split(",") if n]
-    peaks = (options.tflops * 1e12, options.int8_tops * 1e12, options.tbps * 1e12)
+    peaks = peaks_of(options)
     workdir = tempfile.mkdtemp(prefix="real-size-")
     try:
         result = {part: {name: run(name, part, options, workdir) for name in options.contenders.split(",")}

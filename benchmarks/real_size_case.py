@@ -1,6 +1,7 @@
-"""One MiniMax-H3 step (or VAE decode) at the user's size on the simulated 910B, without computing it.
+"""One MiniMax-H3 step (or its video or audio decode, or its text encode) at the user's size on the simulated 910B,
+without computing it.
 
-    python real_size_case.py <comfyui-dir> --part dit|vae [--variant int8|bf16] [--text-len 256]
+    python real_size_case.py <comfyui-dir> --part dit|vae|audio|te [--variant int8|bf16] [--text-len 256]
                              [--width 864 --height 480 --length 121] [--cfg 1|2]
                              [--ulysses N --raylight <raylight>/src]
 
@@ -41,7 +42,7 @@ log_stream = io.StringIO()
 logging.basicConfig(level=logging.INFO, stream=log_stream, format="%(name)s %(levelname)s %(message)s")
 parser = argparse.ArgumentParser()
 parser.add_argument("comfy_dir")
-parser.add_argument("--part", choices=("dit", "vae"), default="dit")
+parser.add_argument("--part", choices=("dit", "vae", "audio", "te"), default="dit")
 parser.add_argument("--variant", choices=("int8", "bf16"), default="int8")
 parser.add_argument("--text-len", type=int, default=256)
 parser.add_argument("--width", type=int, default=864)
@@ -406,17 +407,76 @@ def run_vae():
     report["step"] = stop_counting()
 
 
+def run_audio():
+    """The same latent's audio stream decoded with ComfyUI's ``VAE`` holding MiniMax-H3's audio VAE (DAC
+    encoder, BigVGAN decoder; float32, its working dtype), as the template's audio decode calls it."""
+    import comfy.ldm.minimax.audio_vae
+    import comfy.sd
+    from comfy_extras.nodes_minimax_h3 import _empty_av_latent
+
+    MODE.meta = True  # as the video VAE
+    with torch.device("meta"):
+        audio_model = comfy.ldm.minimax.audio_vae.MiniMaxH3AudioVAE()
+    sd = {k: fill(tuple(t.shape), t.dtype, k) for k, t in audio_model.state_dict().items()}
+    report["parameters"] = sum(t.numel() for t in audio_model.state_dict().values())
+    vae = comfy.sd.VAE(sd=sd)
+    report["vae_dtype"] = str(vae.vae_dtype)
+    report["vae_class"] = type(vae.first_stage_model).__name__
+    latent, frames = _empty_av_latent(OPTS.width, OPTS.height, OPTS.length)
+    _, audio = latent["samples"].unbind()
+    report["latent"] = {"audio": list(audio.shape), "frames": frames}
+    start_counting()
+    with torch.no_grad():  # as the video VAE's decode
+        sound = vae.decode(audio)
+    report["output"] = list(sound.shape)
+    report["step"] = stop_counting()
+
+
+# --------------------------------------------------------------------------- the text encoder
+
+
+def run_te():
+    """MiniMax-H3's text encoder (v0.30.0: ``comfy.text_encoders.minimax``, Qwen3-VL-32B's first 50 layers)
+    encodes a ``--text-len``-token prompt on the card, as ``CLIPTextEncode`` calls it: ComfyUI's ``CLIP``
+    built from the class the loader picks for that checkpoint (``minimax.te``), weights in bf16, loaded with
+    ComfyUI's loader, one uncounted encode, then one counted. Token ids are given (no tokenizer files: a
+    text-to-video prompt is text ids alone, no vision block); the values do not change the work."""
+    import comfy.sd
+    import comfy.supported_models_base
+    import comfy.text_encoders.minimax
+
+    MODE.meta = True  # as the VAE: the encoder's large host tensors are meta ones until they reach the card
+    target = comfy.supported_models_base.ClipTarget(lambda **kwargs: None, comfy.text_encoders.minimax.te(dtype_llama=torch.bfloat16))
+    clip = comfy.sd.CLIP(target, model_options={"initial_device": torch.device("cpu")})
+    model = clip.cond_stage_model
+    report["parameters"] = sum(p.numel() for p in model.parameters())
+    report["model_class"] = type(model).__name__
+    report["te_dtype"] = str(next(model.parameters()).dtype)
+    ids = [(1000 + i % 100, 1.0) for i in range(OPTS.text_len)]
+    tokens = {"qwen3vl_32b": [ids]}
+    with torch.inference_mode():
+        out = clip.encode_from_tokens(tokens, return_dict=True)  # loads it onto the card; one-time work stays out
+        report["weights_on_npu_bytes"] = npu_device.memory_allocated()
+        start_counting()
+        out = clip.encode_from_tokens(tokens, return_dict=True)
+        report["step"] = stop_counting()
+    report["tokens"] = OPTS.text_len
+    report["output"] = list(out["cond"].shape)
+
+
 USP_INJECT = rank0_of_ulysses(OPTS.ulysses, OPTS.raylight) if OPTS.ulysses else None
 MODE = DataLess()
 import comfy.ldm.minimax.model  # noqa: E402  (imported outside the mode)
 import comfy.ldm.minimax.vae  # noqa: E402
+import comfy.ldm.minimax.audio_vae  # noqa: E402,F401
 import comfy.nested_tensor  # noqa: E402
 import comfy.sd  # noqa: E402
+import comfy.text_encoders.minimax  # noqa: E402,F401
 import comfy_extras.nodes_minimax_h3  # noqa: E402,F401
 
 try:
     with MODE:
-        (run_dit if OPTS.part == "dit" else run_vae)()
+        {"dit": run_dit, "vae": run_vae, "audio": run_audio, "te": run_te}[OPTS.part]()
     report["stage"] = "done"
 except BaseException as exc:  # the report says where it stopped
     import traceback

@@ -26,7 +26,8 @@ TINY_SIZES = (16 * MIB, 64 * MIB)
 REPEAT_CAP = 5  # a 4 GiB copy takes a fraction of a second: a few are enough for a median
 ACL_HOST_REG_MAPPED = 0x2  # CANN's aclrtHostRegister flag: device-visible mapping of host memory
 # the public anchor: FlagPerf's host-to-device test on an Atlas 800T A2 (ascend-dmi, 8 cards)
-ANCHOR = "Atlas 800T A2 host->device 24.9 GB/s (FlagPerf, base/toolkits/interconnect-h2d/ascend)"
+ANCHOR_H2D_GB_S = 24.9
+ANCHOR = "Atlas 800T A2 host->device %g GB/s (FlagPerf, base/toolkits/interconnect-h2d/ascend)" % ANCHOR_H2D_GB_S
 
 # (key, label, direction)
 ROWS = (("pageable_h2d", "host->NPU from pageable memory", "h2d"),
