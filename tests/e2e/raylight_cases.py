@@ -27,7 +27,8 @@ and runs the cases asked for, in order, each architecture of ``--arch`` in turn:
               weights sharded by fully_shard, skip_comm_test), the latent saved as ``fsdpN-<arch>.pt``;
               each worker also reports the bytes of the model's parameters it holds, per device
   fsdpNcpu    the same with FSDP_CPU_OFFLOAD
-  fsdpN-bf16  FSDP on N workers of the bf16 checkpoint of each architecture, which raylight loads
+  fsdpN-bf16  FSDP on N workers (right after ``fsdpN``: its workers, which switch checkpoints) of the
+              bf16 checkpoint of each architecture, which raylight loads
               on worker 0 alone and broadcasts (``set_model_state_dict(..., broadcast_from_rank0)``),
               saved as ``fsdpN-bf16-<arch>.pt``, beside ComfyUI's one-card latent of the same
               checkpoint, ``reference-bf16-<arch>.pt``, and its weights' bytes
@@ -374,7 +375,7 @@ def case_ray(out, cards, select=None, ring=1, prefix="ray", fsdp=None):
     if out["name"] == "ring2x2" and "minimax" in ARCHS:
         actors = sample_on(init, "minimax", cards, out, prefix, unet=six_heads(), saved="minimax6")
     following = CASES[CASES.index(out["name"]) + 1:][:1]
-    if following in (["heads"], ["dead_worker"]):
+    if following in (["heads"], ["dead_worker"], [out["name"] + "-bf16"]):
         LIVE.update(init=init, actors=actors)  # the next case goes on with these workers
         return
     kill(actors)
@@ -433,8 +434,11 @@ def case_fsdp_bf16(out, cards):
         out["one_card_weights_" + arch] = model_bytes(model)
         del model
         mm.unload_all_models()
-    (init,) = RAY["RayInitializer"]().spawn_actor(**dict(INIT, GPU=cards, ulysses_degree=cards, FSDP=True,
-                                                           skip_comm_test=True))
+    init = LIVE.pop("init", None)  # right after fsdpN: its workers load the other checkpoint
+    LIVE.pop("actors", None)
+    if init is None:
+        (init,) = RAY["RayInitializer"]().spawn_actor(**dict(INIT, GPU=cards, ulysses_degree=cards, FSDP=True,
+                                                               skip_comm_test=True))
     out["stage"] = "initialized"
     for arch in ARCHS:
         actors = sample_on(init, arch, cards, out, out["name"], unet=unets[arch])

@@ -78,8 +78,8 @@ def users(bed_python, tmp_path_factory):
     """The users' pair on a 4-card box: MiniMax-H3 and Wan 2.1 int8 on 2 and on 4 cards, ring attention,
     FSDP (int8, FSDP_CPU_OFFLOAD, bf16) on 2, the bad inputs."""
     return run_in(tmp_path_factory, bed_python, "raylight-users", USERS, 4,
-                  ["reference", "ray4", "heads", "ring2x2", "ring2", "fsdp2", "fsdp2cpu", "fsdp2cpu-short",
-                   "fsdp2-bf16", "ring_misfit", "too_many", "gpu_cluster", "ray2@1+3", "dead_worker"],
+                  ["reference", "ray4", "heads", "ring2x2", "ring2", "fsdp2", "fsdp2-bf16", "fsdp2cpu",
+                   "fsdp2cpu-short", "ring_misfit", "too_many", "gpu_cluster", "ray2@1+3", "dead_worker"],
                   arch="minimax,wan", variant="int8")
 
 
@@ -282,7 +282,8 @@ def test_fsdp_gives_the_latent_of_one_card_each_card_holding_half_of_the_int8_we
 def test_fsdp_of_a_bf16_checkpoint_broadcasts_the_weights_and_gives_the_latent_of_one_card(users, arch):
     """A checkpoint without quantized weights takes raylight's other FSDP path: worker 0 reads it,
     the other worker gets its meta model, and ``set_model_state_dict(..., broadcast_from_rank0=True)``
-    sends every tensor over HCCL, each card keeping its shard."""
+    sends every tensor over HCCL, each card keeping its shard. It runs on the workers of ``fsdp2``,
+    which drop their int8 shards for it."""
     case = users["cases"]["fsdp2-bf16"]
     assert case["result"] == "ok", case.get("error")
     folder = users["folder"]
@@ -296,6 +297,7 @@ def test_fsdp_of_a_bf16_checkpoint_broadcasts_the_weights_and_gives_the_latent_o
     full = case["one_card_weights_" + arch]  # ComfyUI's model of that checkpoint on one card
     workers = case["workers_" + arch]
     assert len(workers) == 2 and len({card for worker in workers for card in worker["physical"]}) == 2, workers
+    assert {worker["pid"] for worker in workers} == {worker["pid"] for worker in users["cases"]["fsdp2"]["workers_wan"]}
     sent = received = 0
     for worker in workers:
         assert "error" not in worker and worker["cpu_fallbacks"] == {}, worker
