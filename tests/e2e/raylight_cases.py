@@ -23,6 +23,17 @@ and runs the cases asked for, in order, each architecture of ``--arch`` in turn:
               workers, a MiniMax-H3 of 6 heads (which Ulysses 4 cannot split) and saves
               ``ring2x2-minimax6.pt``; ``reference`` then also samples that model on one card
               (``reference-minimax6.pt``)
+  fsdpN       the same as rayN with raylight's FSDP on (Ulysses N over the same N workers, the
+              weights sharded by fully_shard, skip_comm_test), the latent saved as ``fsdpN-<arch>.pt``;
+              each worker also reports the bytes of the model's parameters it holds, per device
+  fsdpNcpu    the same with FSDP_CPU_OFFLOAD
+  fsdpN-bf16  FSDP on N workers (right after ``fsdpN``: its workers, which switch checkpoints) of the
+              bf16 checkpoint of each architecture, which raylight loads
+              on worker 0 alone and broadcasts (``set_model_state_dict(..., broadcast_from_rank0)``),
+              saved as ``fsdpN-bf16-<arch>.pt``, beside ComfyUI's one-card latent of the same
+              checkpoint, ``reference-bf16-<arch>.pt``, and its weights' bytes
+  fsdpNcpu-short  the same with ComfyUI's --reserve-vram beyond the card (raylight hands it to its
+              workers): ComfyUI has no room for the weights on the card
   ring_misfit ring 2 x Ulysses 2 asked of 2 workers: raylight's own refusal, before any worker
   heads       right after ``ray4`` (its workers): a MiniMax-H3 of 6 heads, which Ulysses 4 cannot
               split: one clear error, then RayKill
@@ -169,6 +180,8 @@ def worker_view(actor):
             hccl = _sys.modules.get("testbed.hccl")
             if hccl is not None:  # per kind of collective this worker issued: calls, bytes sent/received
                 out["collectives"] = {kind: counts for (_card, kind), counts in hccl.collective_bytes().items()}
+            out["weights"], out["int8_weight_bytes"] = resident_weights(worker)
+            out["load_device"] = str(getattr(getattr(worker, "model", None), "load_device", None))
         except Exception as exc:  # noqa: BLE001
             out["error"] = error_line(exc)
         import ascend_shim as _shim
@@ -180,6 +193,44 @@ def worker_view(actor):
     import ray
 
     return ray.get(actor.__ray_call__.remote(look), timeout=120)
+
+
+def resident_weights(worker):
+    """Bytes of the diffusion model's parameters this worker holds, per device type ("npu", "cpu",
+    "meta"), and how many of them are int8 data: an FSDP parameter counts its local shard
+    (``DTensor._local_tensor``), an int8 one its quantized data and the tensors of its
+    parameters (scales)."""
+    import dataclasses
+
+    import torch as _torch
+
+    patcher = getattr(worker, "model", None)
+    base = getattr(patcher, "model", patcher)
+    model = getattr(base, "diffusion_model", None)
+    held: dict = {}
+    int8 = 0
+    if model is None:
+        return held, int8
+
+    def add(tensor):
+        held[tensor.device.type] = held.get(tensor.device.type, 0) + tensor.numel() * tensor.element_size()
+
+    for param in model.parameters():
+        local = getattr(param, "_local_tensor", None)
+        tensor = local if local is not None else param
+        if hasattr(tensor, "_qdata"):  # comfy-kitchen's QuantizedTensor
+            add(tensor._qdata)
+            if tensor._qdata.dtype == _torch.int8:
+                int8 += tensor._qdata.numel()
+            params = tensor._params
+            values = ([getattr(params, f.name) for f in dataclasses.fields(params)]
+                      if dataclasses.is_dataclass(params) else list(vars(params).values()))
+            for value in values:
+                if isinstance(value, _torch.Tensor):
+                    add(value)
+        else:
+            add(tensor)
+    return held, int8
 
 
 def start_counting(actor):
@@ -299,11 +350,21 @@ def case_reference(out):
         mm.unload_all_models()
 
 
-def case_ray(out, cards, select=None, ring=1, prefix="ray"):
+def case_ray(out, cards, select=None, ring=1, prefix="ray", fsdp=None):
     degrees = dict(INIT, GPU=cards, ulysses_degree=cards // ring, ring_degree=ring)
-    if ring > 1:
+    if ring > 1 or fsdp is not None:
         degrees["skip_comm_test"] = True  # the rayN cases prove raylight's HCCL self-test
-    if select:
+    if fsdp is not None:
+        degrees.update(FSDP=True, FSDP_CPU_OFFLOAD=fsdp != "npu")
+    if fsdp == "short":  # ComfyUI's --reserve-vram beyond the card, which raylight hands its workers
+        from comfy.cli_args import args as comfy_args
+
+        reserved, comfy_args.reserve_vram = comfy_args.reserve_vram, 4096.0
+        try:
+            (init,) = RAY["RayInitializer"]().spawn_actor(**degrees)
+        finally:
+            comfy_args.reserve_vram = reserved
+    elif select:
         (init,) = RAY["RayInitializerAdvanced"]().spawn_actor(**dict(degrees, GPU_SELECT=select))
     else:
         (init,) = RAY["RayInitializer"]().spawn_actor(**degrees)
@@ -314,7 +375,7 @@ def case_ray(out, cards, select=None, ring=1, prefix="ray"):
     if out["name"] == "ring2x2" and "minimax" in ARCHS:
         actors = sample_on(init, "minimax", cards, out, prefix, unet=six_heads(), saved="minimax6")
     following = CASES[CASES.index(out["name"]) + 1:][:1]
-    if following in (["heads"], ["dead_worker"]):
+    if following in (["heads"], ["dead_worker"], [out["name"] + "-bf16"]):
         LIVE.update(init=init, actors=actors)  # the next case goes on with these workers
         return
     kill(actors)
@@ -349,6 +410,40 @@ def sample_on(init, arch, cards, out, prefix="ray", unet=None, saved=None):
         out["decoded"] = list(images.shape)
         out["decoded_finite"] = bool(torch.isfinite(images).all())
     return actors
+
+
+def model_bytes(model):
+    """Bytes of a ComfyUI model's diffusion-model parameters (one card's copy)."""
+    return sum(p.numel() * p.element_size() for p in model.model.diffusion_model.parameters())
+
+
+def case_fsdp_bf16(out, cards):
+    """raylight's FSDP of a bf16 checkpoint: not a quantized one, so worker 0 alone reads it and
+    the others get its weights by ``set_model_state_dict(..., broadcast_from_rank0=True)`` over
+    HCCL. The same checkpoint sampled by ComfyUI on one card first (``reference-bf16-<arch>.pt``)."""
+    unets = {}
+    for arch in ARCHS:
+        spec = models.SPECS[arch](seed=0, heads=OPTS.heads)
+        unets[arch] = "tiny_%s_bf16_%dheads.safetensors" % (arch, OPTS.heads)
+        path = os.path.join(MODELS, unets[arch])
+        if not os.path.exists(path):
+            safetensors.torch.save_file(models.checkpoint(spec.build(), spec, "bf16"), path)
+        (model,) = nodes.UNETLoader().load_unet(unets[arch], "default")
+        (latent,) = nodes.KSamplerAdvanced().sample(model=model, **SAMPLINGS[arch])
+        torch.save(flat(latent["samples"]), os.path.join(OPTS.out_dir, "reference-bf16-%s.pt" % arch))
+        out["one_card_weights_" + arch] = model_bytes(model)
+        del model
+        mm.unload_all_models()
+    init = LIVE.pop("init", None)  # right after fsdpN: its workers load the other checkpoint
+    LIVE.pop("actors", None)
+    if init is None:
+        (init,) = RAY["RayInitializer"]().spawn_actor(**dict(INIT, GPU=cards, ulysses_degree=cards, FSDP=True,
+                                                               skip_comm_test=True))
+    out["stage"] = "initialized"
+    for arch in ARCHS:
+        actors = sample_on(init, arch, cards, out, out["name"], unet=unets[arch])
+    kill(actors)
+    out["stage"] = "killed"
 
 
 def case_heads(out):
@@ -403,6 +498,11 @@ for name in CASES:
         if name.startswith("ray") and name[3:].partition("@")[0].isdigit():
             count, _, select = name[3:].partition("@")
             case_ray(entry, int(count), select.replace("+", ","))
+        elif re.fullmatch(r"fsdp\d+-bf16", name):
+            case_fsdp_bf16(entry, int(name[4:].partition("-")[0]))
+        elif re.fullmatch(r"fsdp\d+(cpu)?(-short)?", name):
+            count, offload, short = re.fullmatch(r"fsdp(\d+)(cpu)?(-short)?", name).groups()
+            case_ray(entry, int(count), prefix=name, fsdp="short" if short else "cpu" if offload else "npu")
         elif re.fullmatch(r"ring\d+(x\d+)?", name):
             ring, _, ulysses = name[4:].partition("x")
             case_ray(entry, int(ring) * int(ulysses or 1), ring=int(ring), prefix=name)

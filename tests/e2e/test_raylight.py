@@ -8,8 +8,8 @@ latent comes back to ComfyUI, which decodes it with the video VAE. The same work
 ComfyUI's own KSampler on one card is the reference. Two runs, chosen to cover the pairs users
 run: the users' ComfyUI v0.30.0 with raylight 1.7.2 on a 4-card box (MiniMax-H3 int8 and Wan 2.1
 int8, each on 2 and on 4 cards, one model after the other on the same workers; ring attention, ring 2
-on 2 cards and ring 2 x Ulysses 2 on 4, which also runs a 6-head model Ulysses 4 cannot split; the bad
-inputs), and
+on 2 cards and ring 2 x Ulysses 2 on 4, which also runs a 6-head model Ulysses 4 cannot split; FSDP and
+FSDP_CPU_OFFLOAD on 2 cards, the weights each card holds asked of its worker; the bad inputs), and
 the newest, v0.33.0 with raylight 1.9.0 (MiniMax-H3 on 2).
 """
 
@@ -75,10 +75,11 @@ def run_in(tmp_path_factory, bed_python, name, *args, **options):
 
 @pytest.fixture(scope="module")
 def users(bed_python, tmp_path_factory):
-    """The users' pair on a 4-card box: MiniMax-H3 and Wan 2.1 int8 on 2 and on 4 cards, the bad inputs."""
+    """The users' pair on a 4-card box: MiniMax-H3 and Wan 2.1 int8 on 2 and on 4 cards, ring attention,
+    FSDP (int8, FSDP_CPU_OFFLOAD, bf16) on 2, the bad inputs."""
     return run_in(tmp_path_factory, bed_python, "raylight-users", USERS, 4,
-                  ["reference", "ray4", "heads", "ring2x2", "ring2", "ring_misfit", "too_many", "gpu_cluster", "ray2@1+3",
-                   "dead_worker"],
+                  ["reference", "ray4", "heads", "ring2x2", "ring2", "fsdp2", "fsdp2-bf16", "fsdp2cpu",
+                   "fsdp2cpu-short", "ring_misfit", "too_many", "gpu_cluster", "ray2@1+3", "dead_worker"],
                   arch="minimax,wan", variant="int8")
 
 
@@ -231,6 +232,84 @@ def test_ring_attention_gives_the_latent_of_one_card(users, mode, cards, arch):
 def test_ring_two_and_ring_two_by_ulysses_two_give_the_same_bits(users, arch):
     folder = users["folder"]
     assert torch.equal(torch.load(folder / ("ring2-%s.pt" % arch)), torch.load(folder / ("ring2x2-%s.pt" % arch)))
+
+
+FSDPS = [(mode, arch) for mode in ("fsdp2", "fsdp2cpu", "fsdp2cpu-short") for arch in ("minimax", "wan")]
+
+
+@pytest.mark.parametrize("mode, arch", FSDPS)
+def test_fsdp_gives_the_latent_of_one_card_each_card_holding_half_of_the_int8_weights(users, mode, arch):
+    """raylight's FSDP (Ulysses 2 x FSDP over the same 2 cards): fully_shard per block, int8 weights
+    sharded as comfy-kitchen QuantizedTensors inside DTensors, gathered over HCCL before each
+    block. ``fsdp2cpu``: FSDP_CPU_OFFLOAD, on a card with room for the shard: raylight loads the
+    shards on the CPU and its FSDPModelPatcher.load (ComfyUI's full load) moves them to the card, as
+    on any device; ``fsdp2cpu-short``: the same where ComfyUI has no room on the card
+    (--reserve-vram beyond it): the shards stay on the CPU between steps. The weights are asked of
+    each worker after sampling, per device; the Ulysses run on 2 cards (``ray2``) holds all of them
+    on each card."""
+    case = users["cases"][mode]
+    assert case["result"] == "ok", case.get("error")
+    cosine, max_abs, scale = compare(users, 2, arch, mode)
+    print("%s %s on 2 cards: cosine %.8f, max |diff| %.3g of max |ref| %.3g (the case: %.1f s)"
+          % (mode, arch, cosine, max_abs, scale, case["seconds"]))
+    assert cosine > 0.9999 and max_abs < 0.03 * scale, (cosine, max_abs, scale)
+    folder = users["folder"]
+    ulysses = torch.load(folder / ("ray2-%s.pt" % arch))
+    assert torch.equal(torch.load(folder / ("%s-%s.pt" % (mode, arch))), ulysses)  # sharding the weights changes no bit
+    (full,) = {worker["weights"]["npu"] for worker in ray_case(users, 2)["workers_" + arch]}
+    (full_int8,) = {worker["int8_weight_bytes"] for worker in ray_case(users, 2)["workers_" + arch]}
+    workers = case["workers_" + arch]
+    assert len(workers) == 2 and len({card for worker in workers for card in worker["physical"]}) == 2, workers
+    held = {}
+    for worker in workers:
+        assert "error" not in worker and worker["cpu_fallbacks"] == {}, worker
+        assert worker["ops_on_cards"] == worker["physical"], worker
+        assert worker["quant_matmul"] > 0 and worker["dynamic_quant"] > 0, worker  # int8 on the NPU quant ops
+        # raylight's FSDP loads on the device ComfyUI names (model_patcher's torch.device("cuda", ...)
+        # fallback is for a load_device that is not a torch.device, which ComfyUI never gives)
+        assert worker["load_device"] == "npu:0", worker
+        weights = worker["weights"]
+        where = "cpu" if mode == "fsdp2cpu-short" else "npu"
+        assert set(weights) == {where}, weights
+        assert 0.45 * full < weights[where] < 0.55 * full, (weights, full)  # its half, not the model
+        assert 0.45 * full_int8 < worker["int8_weight_bytes"] < 0.55 * full_int8, (worker, full_int8)
+        gathered = worker["collectives"]["all_gather_into_tensor"]
+        assert gathered["received"] >= weights[where], gathered  # the other half, over HCCL, each forward
+        held[worker["physical"][0]] = weights[where]
+    assert sum(held.values()) >= 0.99 * full, (held, full)
+
+
+@pytest.mark.parametrize("arch", ["minimax", "wan"])
+def test_fsdp_of_a_bf16_checkpoint_broadcasts_the_weights_and_gives_the_latent_of_one_card(users, arch):
+    """A checkpoint without quantized weights takes raylight's other FSDP path: worker 0 reads it,
+    the other worker gets its meta model, and ``set_model_state_dict(..., broadcast_from_rank0=True)``
+    sends every tensor over HCCL, each card keeping its shard. It runs on the workers of ``fsdp2``,
+    which drop their int8 shards for it."""
+    case = users["cases"]["fsdp2-bf16"]
+    assert case["result"] == "ok", case.get("error")
+    folder = users["folder"]
+    ray = torch.load(folder / ("fsdp2-bf16-%s.pt" % arch))
+    reference = torch.load(folder / ("reference-bf16-%s.pt" % arch))
+    cosine = torch.nn.functional.cosine_similarity(ray, reference, dim=0).item()
+    max_abs, scale = (ray - reference).abs().max().item(), reference.abs().max().item()
+    print("fsdp2-bf16 %s on 2 cards: cosine %.8f, max |diff| %.3g of max |ref| %.3g (the case: %.1f s)"
+          % (arch, cosine, max_abs, scale, case["seconds"]))
+    assert cosine > 0.9999 and max_abs < 0.03 * scale, (cosine, max_abs, scale)
+    full = case["one_card_weights_" + arch]  # ComfyUI's model of that checkpoint on one card
+    workers = case["workers_" + arch]
+    assert len(workers) == 2 and len({card for worker in workers for card in worker["physical"]}) == 2, workers
+    assert {worker["pid"] for worker in workers} == {worker["pid"] for worker in users["cases"]["fsdp2"]["workers_wan"]}
+    sent = received = 0
+    for worker in workers:
+        assert "error" not in worker and worker["cpu_fallbacks"] == {}, worker
+        assert worker["ops_on_cards"] == worker["physical"] and worker["load_device"] == "npu:0", worker
+        assert set(worker["weights"]) == {"npu"} and 0.45 * full < worker["weights"]["npu"] < 0.55 * full, \
+            (worker["weights"], full)
+        broadcast = worker["collectives"]["broadcast"]
+        sent, received = sent + broadcast["sent"], received + broadcast["received"]
+    # rank 0's weights, to the other card: all of them but what ComfyUI's one-card model holds beyond the
+    # checkpoint's tensors
+    assert sent >= 0.95 * full and received >= 0.95 * full, (sent, received, full)
 
 
 def test_ring_times_ulysses_beyond_the_cards_is_raylights_own_refusal(users):

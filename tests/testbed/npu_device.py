@@ -101,7 +101,10 @@ __all__ = [
 DEVICE_TYPE = "npu"
 DEFAULT_CPU_FALLBACK_OPS = frozenset({"aten::_int_mm"})
 
-# Ops allowed to mix npu and (non-scalar) CPU tensors: they are device transfers.
+# Ops allowed to mix npu and (non-scalar) CPU tensors: they are device transfers. torch declares
+# ``_foreach_copy_`` ``device_check: NoCheck`` (its slow path copies tensor by tensor), and torch_npu's
+# kernel takes lists on two devices the same way (op-plugin: a batched host-device memcpy or that slow
+# path whenever the fast route's same-device rule fails): FSDP2 gathers host-resident shards with it.
 _TRANSFER_OPS = frozenset(
     {
         "aten::copy_",
@@ -109,6 +112,7 @@ _TRANSFER_OPS = frozenset(
         "aten::_copy_from_and_resize",
         "aten::_to_copy",
         "aten::copy",
+        "aten::_foreach_copy_",
     }
 )
 # Like CUDA, advanced indexing accepts CPU index tensors.

@@ -185,6 +185,18 @@ class _Checks:
         with pytest.raises(RuntimeError, match="same device"):
             F.linear(torch.randn(2, 3, device="npu"), torch.randn(4, 3))
 
+    def test_foreach_copy_takes_host_tensors_into_npu_ones_as_torch_npu_does(self):
+        """FSDP2 gathers CPU-resident shards (FSDP_CPU_OFFLOAD) with ``_foreach_copy_`` into an npu
+        buffer: torch_npu's kernel copies across devices (op-plugin: batched memcpy or torch's slow
+        path, like CUDA's ``device_check: NoCheck``); other ops still refuse a CPU operand."""
+        dst = [torch.zeros(3, device="npu"), torch.zeros(2, device="npu")]
+        src = [torch.arange(3.0), torch.full((2,), 7.0)]
+        torch._foreach_copy_(dst, src)
+        assert [d.device.type for d in dst] == ["npu", "npu"]
+        assert dst[0].cpu().tolist() == [0.0, 1.0, 2.0] and dst[1].cpu().tolist() == [7.0, 7.0]
+        with pytest.raises(RuntimeError, match="same device"):
+            torch._foreach_add_(dst, src)
+
     def test_second_device(self):
         old = nd.device_count()
         nd.set_device_count(2)
