@@ -33,6 +33,9 @@ and runs the cases asked for, in order, each architecture of ``--arch`` in turn:
               each card runs the forward of one half of the CFG batch, the halves meet over HCCL's
               all-gather; the latent saved as ``cfg2-wancfg.pt`` (``reference`` then also samples
               that workflow on one card: ``reference-wancfg.pt``)
+  dp2         data parallel: DPKSamplerAdvanced on 2 workers (Ulysses, ring and CFG degree 0), one Wan 2.1
+              video per card, seeds 42 and 43 (DPNoiseList), saved as ``dp2-wanseed<seed>.pt``
+              (``reference`` then also samples seed 43 on one card: ``reference-wanseed43.pt``)
   vae_decode  right after a rayN case (its workers): a seeded Wan 2.1 latent of 3 x 16 x 16 decoded by
               raylight's RayVAEDecodeDistributed over the workers and by ComfyUI's VAEDecodeTiled here
               on one card, the same tiles (64 px, overlap 32); each process records the latent tiles
@@ -122,7 +125,7 @@ if not loaded:
     sys.exit(0)
 RAY = {name: nodes.NODE_CLASS_MAPPINGS[name] for name in
        ("RayInitializer", "RayInitializerAdvanced", "RayUNETLoader", "XFuserKSamplerAdvanced", "RayKill",
-        "RayVAEDecodeDistributed")}
+        "RayVAEDecodeDistributed", "DPKSamplerAdvanced", "DPNoiseList")}
 
 
 def shim_rows(prefix=("raylight", "yunchang")):
@@ -305,9 +308,17 @@ def case_reference(out):
         runs.append(("minimax6", six_heads()))
     if "cfg2" in CASES and "wan" in ARCHS:
         runs.append(("wancfg", UNETS["wancfg"]))
+    if "dp2" in CASES and "wan" in ARCHS:
+        runs.append(("wanseed%d" % DP_SEEDS[1], UNETS["wan"]))
     for arch, unet in runs:
         (model,) = nodes.UNETLoader().load_unet(unet, "default")
-        (latent,) = nodes.KSamplerAdvanced().sample(model=model, **SAMPLINGS[arch.rstrip("6")])
+        sampling = SAMPLINGS[arch.rstrip("6")] if not arch.startswith("wanseed") else \
+            dict(SAMPLINGS["wan"], noise_seed=int(arch[len("wanseed"):]))
+        import torch_npu
+
+        torch_npu._testbed.reset()  # the bed's kernel counters: what one video takes on one card
+        (latent,) = nodes.KSamplerAdvanced().sample(model=model, **sampling)
+        out["quant_matmul_" + arch] = torch_npu._testbed.calls["npu_quant_matmul"]
         torch.save(flat(latent["samples"]), os.path.join(OPTS.out_dir, "reference-%s.pt" % arch))
         out["latent_elements_" + arch] = int(flat(latent["samples"]).numel())
         del model
@@ -392,6 +403,37 @@ def case_cfg2(out):
                                                          skip_comm_test=True))
     out["stage"] = "initialized"
     actors = sample_on(init, "wan", 2, out, prefix="cfg2", saved="wancfg")
+    hand_on(out, init, actors)
+
+
+DP_SEEDS = (42, 43)  # the first is every other case's seed: reference-wan.pt is its one-card video
+
+
+def case_dp2(out):
+    """raylight's data parallel: DPKSamplerAdvanced, one whole Wan 2.1 video per card, each its own seed
+    (DPNoiseList), on 2 workers of no Ulysses, ring or CFG degree."""
+    (init,) = RAY["RayInitializer"]().spawn_actor(**dict(INIT, GPU=2, ulysses_degree=0, ring_degree=0, cfg_degree=0,
+                                                         dp_degree=2, skip_comm_test=True))
+    out["stage"] = "initialized"
+    (actors,) = RAY["RayUNETLoader"]().load_ray_unet(ray_actors_init=init, unet_name=UNETS["wan"],
+                                                     weight_dtype="default")
+    workers = actors["workers"]
+    for actor in workers:
+        start_counting(actor)
+    (seeds,) = RAY["DPNoiseList"]().get_noise(**{"noise_seed_%d" % i: DP_SEEDS[i] if i < len(DP_SEEDS) else 0
+                                                 for i in range(8)})
+    sampling = SAMPLINGS["wan"]
+    started = time.monotonic()
+    latents, actors = RAY["DPKSamplerAdvanced"]().ray_sample(  # every input a list (INPUT_IS_LIST)
+        ray_actors=[actors], noise_list=seeds, latent_image=[sampling["latent_image"]], denoise=[1.0],
+        **{key: [sampling[key]] for key in ("add_noise", "steps", "cfg", "sampler_name", "scheduler", "positive",
+                                            "negative", "start_at_step", "end_at_step",
+                                            "return_with_leftover_noise")})
+    out["sample_seconds"] = round(time.monotonic() - started, 2)
+    for seed, latent in zip(DP_SEEDS, latents):
+        torch.save(flat(latent["samples"]), os.path.join(OPTS.out_dir, "dp2-wanseed%d.pt" % seed))
+    out["videos"] = len(latents)
+    out["workers_wan"] = [worker_view(actor) for actor in workers]
     hand_on(out, init, actors)
 
 

@@ -9,7 +9,7 @@ ComfyUI's own KSampler on one card is the reference. Two runs, chosen to cover t
 run: the users' ComfyUI v0.30.0 with raylight 1.7.2 on a 4-card box (MiniMax-H3 int8 and Wan 2.1
 int8, each on 2 and on 4 cards, one model after the other on the same workers; ring attention, ring 2
 on 2 cards and ring 2 x Ulysses 2 on 4, which also runs a 6-head model Ulysses 4 cannot split; CFG
-parallel, cfg_degree 2, on 2; RayVAEDecodeDistributed on the 2-card run's workers; the bad inputs), and
+parallel, cfg_degree 2, on 2; data parallel, a video per card, on 2; RayVAEDecodeDistributed on the 2-card run's workers; the bad inputs), and
 the newest, v0.33.0 with raylight 1.9.0 (MiniMax-H3 on 2).
 """
 
@@ -78,7 +78,7 @@ def users(bed_python, tmp_path_factory):
     """The users' pair on a 4-card box: MiniMax-H3 and Wan 2.1 int8 on 2 and on 4 cards, the bad inputs."""
     return run_in(tmp_path_factory, bed_python, "raylight-users", USERS, 4,
                   ["reference", "ray4", "heads", "ring2x2", "ring2", "ring_misfit", "too_many", "gpu_cluster", "cfg2",
-                   "ray2@1+3", "vae_decode", "dead_worker"],
+                   "dp2", "ray2@1+3", "vae_decode", "dead_worker"],
                   arch="minimax,wan", variant="int8")
 
 
@@ -293,6 +293,33 @@ def test_cfg_parallel_gives_the_latent_of_one_card(users):
         assert gathered["calls"] == 2, gathered
         assert gathered["sent"] == gathered["received"], gathered
         assert gathered["sent"] // gathered["calls"] in (2 * elements, 4 * elements), (gathered, elements)
+
+
+def test_data_parallel_gives_each_card_the_video_of_one_card(users):
+    """DPKSamplerAdvanced on 2 workers (no Ulysses, ring or CFG degree): each card samples a whole
+    Wan 2.1 video with its own seed (DPNoiseList: 42 and 43), as ComfyUI's KSampler does on one card."""
+    case = users["cases"]["dp2"]
+    assert case["result"] == "ok", case.get("error")
+    assert case["videos"] == 2, case
+    folder = users["folder"]
+    videos = []
+    for seed, reference in ((42, "reference-wan.pt"), (43, "reference-wanseed43.pt")):
+        video, one = torch.load(folder / ("dp2-wanseed%d.pt" % seed)), torch.load(folder / reference)
+        print("dp2 seed %d: bit-identical to one card: %s, max |diff| %.3g (the case: %.1f s)"
+              % (seed, torch.equal(video, one), (video - one).abs().max().item(), case["seconds"]))
+        assert torch.equal(video, one), seed
+        videos.append(video)
+    assert not torch.equal(*videos)  # two videos, not one twice
+    workers = case["workers_wan"]
+    assert len(workers) == 2 and len({card for worker in workers for card in worker["physical"]}) == 2, workers
+    one_video = users["cases"]["reference"]["quant_matmul_wan"]
+    for worker in workers:
+        assert "error" not in worker and worker["cpu_fallbacks"] == {}, worker
+        assert worker["ops_on_cards"] == worker["physical"], worker
+        # one video's int8 kernels per card, not two (a raylight worker issues a few more than ComfyUI's
+        # KSampler for the same video: 44 against 40 here)
+        assert one_video <= worker["quant_matmul"] < 2 * one_video, (worker, one_video)
+        assert not worker.get("collectives"), worker  # each card alone: nothing over HCCL
 
 
 def test_the_distributed_vae_decode_is_comfyuis_tiled_decode_each_card_its_share_of_tiles(users):
