@@ -316,9 +316,9 @@ def test_data_parallel_gives_each_card_the_video_of_one_card(users):
     for worker in workers:
         assert "error" not in worker and worker["cpu_fallbacks"] == {}, worker
         assert worker["ops_on_cards"] == worker["physical"], worker
-        # one video's int8 kernels per card, not two (a raylight worker issues a few more than ComfyUI's
-        # KSampler for the same video: 44 against 40 here)
-        assert one_video <= worker["quant_matmul"] < 2 * one_video, (worker, one_video)
+        # one video's int8 kernels per card, and the 4 calls of the shim's capability probe of
+        # npu_quant_matmul (ascend_shim/kitchen/capability.py), once in each process, this worker's first
+        assert worker["quant_matmul"] == one_video + 4, (worker, one_video)
         assert not worker.get("collectives"), worker  # each card alone: nothing over HCCL
 
 
