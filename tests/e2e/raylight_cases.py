@@ -38,8 +38,9 @@ and runs the cases asked for, in order, each architecture of ``--arch`` in turn:
               (``reference`` then also samples seed 43 on one card: ``reference-wanseed43.pt``)
   vae_decode  right after a rayN case (its workers): a seeded Wan 2.1 latent of 3 x 16 x 16 decoded by
               raylight's RayVAEDecodeDistributed over the workers and by ComfyUI's VAEDecodeTiled here
-              on one card, the same tiles (64 px, overlap 32); each process records the latent tiles
-              its Wan VAE decoded (shape and a digest of their values), asked afterwards
+              on one card, the same tiles (64 px, overlap 32; temporal overlap 4, then the default 8);
+              each process records the tiles its Wan VAE decoded (shape, a digest of the latent tile
+              and one of its pixels, whether autograd recorded it), asked afterwards
   dead_worker right after ``ray2`` or ``vae_decode`` (their workers, a model loaded): one worker killed,
               the sampler's error, ComfyUI lives on, RayKill frees the cards
 
@@ -310,12 +311,12 @@ def case_reference(out):
         runs.append(("wancfg", UNETS["wancfg"]))
     if "dp2" in CASES and "wan" in ARCHS:
         runs.append(("wanseed%d" % DP_SEEDS[1], UNETS["wan"]))
+    import torch_npu
+
     for arch, unet in runs:
         (model,) = nodes.UNETLoader().load_unet(unet, "default")
         sampling = SAMPLINGS[arch.rstrip("6")] if not arch.startswith("wanseed") else \
             dict(SAMPLINGS["wan"], noise_seed=int(arch[len("wanseed"):]))
-        import torch_npu
-
         torch_npu._testbed.reset()  # the bed's kernel counters: what one video takes on one card
         (latent,) = nodes.KSamplerAdvanced().sample(model=model, **sampling)
         out["quant_matmul_" + arch] = torch_npu._testbed.calls["npu_quant_matmul"]
