@@ -40,8 +40,20 @@ and runs the cases asked for, in order, each architecture of ``--arch`` in turn:
   too_many    twice as many workers as cards: raylight's own refusal, counted on the NPUs
   gpu_cluster a Ray cluster started with GPUs and no NPU: refused when the workers are asked
               for, not a hang
-  dead_worker right after ``ray2`` (its workers, its model loaded): one worker killed, the sampler's
-              error, ComfyUI lives on, RayKill frees the cards
+  cfg2        Wan 2.1 with a negative prompt and cfg 5 on 2 workers of ``cfg_degree`` 2 (Ulysses 1, ring 1):
+              each card runs the forward of one half of the CFG batch, the halves meet over HCCL's
+              all-gather; the latent saved as ``cfg2-wancfg.pt`` (``reference`` then also samples
+              that workflow on one card: ``reference-wancfg.pt``)
+  dp2         data parallel: DPKSamplerAdvanced on 2 workers (Ulysses, ring and CFG degree 0), one Wan 2.1
+              video per card, seeds 42 and 43 (DPNoiseList), saved as ``dp2-wanseed<seed>.pt``
+              (``reference`` then also samples seed 43 on one card: ``reference-wanseed43.pt``)
+  vae_decode  right after a rayN case (its workers): a seeded Wan 2.1 latent of 3 x 16 x 16 decoded by
+              raylight's RayVAEDecodeDistributed over the workers and by ComfyUI's VAEDecodeTiled here
+              on one card, the same tiles (64 px, overlap 32; temporal overlap 4, then the default 8);
+              each process records the tiles its Wan VAE decoded (shape, a digest of the latent tile
+              and one of its pixels, whether autograd recorded it), asked afterwards
+  dead_worker right after ``ray2`` or ``vae_decode`` (their workers, a model loaded): one worker killed,
+              the sampler's error, ComfyUI lives on, RayKill frees the cards
 
 Ray counts the cards with CANN's ``acl`` module (the bed's fake one reads
 ASCEND_RT_VISIBLE_DEVICES as ACL does) and gives each worker one card in
@@ -124,7 +136,8 @@ if not loaded:
     emit()
     sys.exit(0)
 RAY = {name: nodes.NODE_CLASS_MAPPINGS[name] for name in
-       ("RayInitializer", "RayInitializerAdvanced", "RayUNETLoader", "XFuserKSamplerAdvanced", "RayKill")}
+       ("RayInitializer", "RayInitializerAdvanced", "RayUNETLoader", "XFuserKSamplerAdvanced", "RayKill",
+        "RayVAEDecodeDistributed", "DPKSamplerAdvanced", "DPNoiseList")}
 
 
 def shim_rows(prefix=("raylight", "yunchang")):
@@ -148,6 +161,10 @@ for arch in ARCHS:
                            latent_image={"samples": spec.latent()}, start_at_step=0, end_at_step=10000,
                            return_with_leftover_noise="disable")
 UNET, SAMPLING = UNETS[ARCHS[0]], SAMPLINGS[ARCHS[0]]  # what the bad-input cases load
+if "wan" in ARCHS:  # a CFG workflow: a negative prompt of its own, guidance 5
+    negative = torch.randn(1, 12, 4096, generator=torch.Generator().manual_seed(7)) * 0.1
+    SAMPLINGS["wancfg"] = dict(SAMPLINGS["wan"], cfg=5.0, negative=[[negative, {}]])
+    UNETS["wancfg"] = UNETS["wan"]
 INIT = dict(ray_cluster_address="local", ray_cluster_namespace="default", GPU=2,
             ulysses_degree=2, ring_degree=1, cfg_degree=1, dp_degree=1, sync_ulysses=False,
             clear_vram_after_sampling=False, FSDP=False, FSDP_CPU_OFFLOAD=False, XFuser_attention="TORCH_FLASH",
@@ -341,9 +358,19 @@ def case_reference(out):
     runs = [(arch, UNETS[arch]) for arch in ARCHS]
     if "ring2x2" in CASES and "minimax" in ARCHS:
         runs.append(("minimax6", six_heads()))
+    if "cfg2" in CASES and "wan" in ARCHS:
+        runs.append(("wancfg", UNETS["wancfg"]))
+    if "dp2" in CASES and "wan" in ARCHS:
+        runs.append(("wanseed%d" % DP_SEEDS[1], UNETS["wan"]))
+    import torch_npu
+
     for arch, unet in runs:
         (model,) = nodes.UNETLoader().load_unet(unet, "default")
-        (latent,) = nodes.KSamplerAdvanced().sample(model=model, **SAMPLINGS[arch.rstrip("6")])
+        sampling = SAMPLINGS[arch.rstrip("6")] if not arch.startswith("wanseed") else \
+            dict(SAMPLINGS["wan"], noise_seed=int(arch[len("wanseed"):]))
+        torch_npu._testbed.reset()  # the bed's kernel counters: what one video takes on one card
+        (latent,) = nodes.KSamplerAdvanced().sample(model=model, **sampling)
+        out["quant_matmul_" + arch] = torch_npu._testbed.calls["npu_quant_matmul"]
         torch.save(flat(latent["samples"]), os.path.join(OPTS.out_dir, "reference-%s.pt" % arch))
         out["latent_elements_" + arch] = int(flat(latent["samples"]).numel())
         del model
@@ -374,8 +401,16 @@ def case_ray(out, cards, select=None, ring=1, prefix="ray", fsdp=None):
         actors = sample_on(init, arch, cards, out, prefix)
     if out["name"] == "ring2x2" and "minimax" in ARCHS:
         actors = sample_on(init, "minimax", cards, out, prefix, unet=six_heads(), saved="minimax6")
+    hand_on(out, init, actors)
+
+
+REUSERS = ("heads", "dead_worker", "vae_decode")  # the cases that go on with the workers of the one before
+
+
+def hand_on(out, init, actors):
+    """The workers to the next case where it goes on with them, else RayKill."""
     following = CASES[CASES.index(out["name"]) + 1:][:1]
-    if following in (["heads"], ["dead_worker"], [out["name"] + "-bf16"]):
+    if following and (following[0] in REUSERS or following[0] == out["name"] + "-bf16"):
         LIVE.update(init=init, actors=actors)  # the next case goes on with these workers
         return
     kill(actors)
@@ -383,7 +418,8 @@ def case_ray(out, cards, select=None, ring=1, prefix="ray", fsdp=None):
 
 
 def sample_on(init, arch, cards, out, prefix="ray", unet=None, saved=None):
-    """One architecture loaded on the workers and sampled: its latent, the workers' views."""
+    """One architecture loaded on the workers and sampled (``SAMPLINGS[saved]``): its latent, the
+    workers' views."""
     saved = saved or arch
     (actors,) = RAY["RayUNETLoader"]().load_ray_unet(ray_actors_init=init, unet_name=unet or UNETS[arch],
                                                      weight_dtype="default")
@@ -392,7 +428,8 @@ def sample_on(init, arch, cards, out, prefix="ray", unet=None, saved=None):
         start_counting(actor)
     out["stage"] = "loaded " + arch
     started = time.monotonic()
-    latent, actors = RAY["XFuserKSamplerAdvanced"]().ray_sample(ray_actors=actors, **SAMPLINGS[arch])
+    sampling = SAMPLINGS[saved] if saved in SAMPLINGS else SAMPLINGS[arch]
+    latent, actors = RAY["XFuserKSamplerAdvanced"]().ray_sample(ray_actors=actors, **sampling)
     out["sample_seconds_" + saved] = round(time.monotonic() - started, 2)
     out["stage"] = "sampled " + saved
     name = "%s%d-%s.pt" % (prefix, cards, saved) if prefix == "ray" else "%s-%s.pt" % (prefix, saved)
@@ -454,6 +491,149 @@ def case_heads(out):
         RAY["XFuserKSamplerAdvanced"]().ray_sample(ray_actors=actors, **SAMPLING)
     finally:
         kill(actors)
+
+
+def case_cfg2(out):
+    """raylight's CFG parallel: positive and negative of one Wan 2.1 workflow on a card each."""
+    (init,) = RAY["RayInitializer"]().spawn_actor(**dict(INIT, GPU=2, ulysses_degree=1, ring_degree=1, cfg_degree=2,
+                                                         skip_comm_test=True))
+    out["stage"] = "initialized"
+    actors = sample_on(init, "wan", 2, out, prefix="cfg2", saved="wancfg")
+    hand_on(out, init, actors)
+
+
+DP_SEEDS = (42, 43)  # the first is every other case's seed: reference-wan.pt is its one-card video
+
+
+def case_dp2(out):
+    """raylight's data parallel: DPKSamplerAdvanced, one whole Wan 2.1 video per card, each its own seed
+    (DPNoiseList), on 2 workers of no Ulysses, ring or CFG degree."""
+    (init,) = RAY["RayInitializer"]().spawn_actor(**dict(INIT, GPU=2, ulysses_degree=0, ring_degree=0, cfg_degree=0,
+                                                         dp_degree=2, skip_comm_test=True))
+    out["stage"] = "initialized"
+    (actors,) = RAY["RayUNETLoader"]().load_ray_unet(ray_actors_init=init, unet_name=UNETS["wan"],
+                                                     weight_dtype="default")
+    workers = actors["workers"]
+    for actor in workers:
+        start_counting(actor)
+    (seeds,) = RAY["DPNoiseList"]().get_noise(**{"noise_seed_%d" % i: DP_SEEDS[i] if i < len(DP_SEEDS) else 0
+                                                 for i in range(8)})
+    sampling = SAMPLINGS["wan"]
+    started = time.monotonic()
+    latents, actors = RAY["DPKSamplerAdvanced"]().ray_sample(  # every input a list (INPUT_IS_LIST)
+        ray_actors=[actors], noise_list=seeds, latent_image=[sampling["latent_image"]], denoise=[1.0],
+        **{key: [sampling[key]] for key in ("add_noise", "steps", "cfg", "sampler_name", "scheduler", "positive",
+                                            "negative", "start_at_step", "end_at_step",
+                                            "return_with_leftover_noise")})
+    out["sample_seconds"] = round(time.monotonic() - started, 2)
+    for seed, latent in zip(DP_SEEDS, latents):
+        torch.save(flat(latent["samples"]), os.path.join(OPTS.out_dir, "dp2-wanseed%d.pt" % seed))
+    out["videos"] = len(latents)
+    out["workers_wan"] = [worker_view(actor) for actor in workers]
+    hand_on(out, init, actors)
+
+
+def record_tiles():
+    """In the process it runs in: wrap the Wan 2.1 VAE's decode to keep what each call decoded
+    (the latent tile's shape, a digest of its values, one of the pixels decoded, and whether autograd
+    recorded the decode). ``tiles_decoded`` reads them."""
+    import hashlib
+
+    import comfy.ldm.wan.vae as wan_vae
+
+    cls = wan_vae.WanVAE
+    if not hasattr(cls, "recorded_tiles"):
+        original = cls.decode
+
+        def decode(self, z, *args, **kwargs):
+            values = z.detach().float().cpu().contiguous()
+            decoded = original(self, z, *args, **kwargs)
+            pixels = decoded.detach().float().cpu().contiguous()
+            # the last: whether autograd recorded the decode (its activations held while the tile lives)
+            cls.recorded_tiles.append([list(z.shape), hashlib.sha1(values.numpy().tobytes()).hexdigest()[:16],
+                                       hashlib.sha1(pixels.numpy().tobytes()).hexdigest()[:16],
+                                       bool(decoded.requires_grad)])
+            return decoded
+
+        cls.decode = decode
+    cls.recorded_tiles = []
+    return True
+
+
+def tiles_decoded():
+    import comfy.ldm.wan.vae as wan_vae
+
+    return list(getattr(wan_vae.WanVAE, "recorded_tiles", []))
+
+
+# as a user sets both nodes: 64-pixel tiles (8 latent pixels) overlapping by min(32, 64 // 4) = 16 pixels
+# (2 latent), the video whole in time (64 frames: 16 latent); a temporal overlap of 4 and the default 8
+VAE_TILES = {"t4": dict(tile_size=64, overlap=32, temporal_size=64, temporal_overlap=4),
+             "t8": dict(tile_size=64, overlap=32, temporal_size=64, temporal_overlap=8)}
+
+
+def tiles_over(size, tile, overlap, scale):
+    """How many tiles cover each output pixel along one axis: tiles of ``tile`` latent pixels start
+    every ``tile - overlap`` (ComfyUI's tiled_scale_multidim, the spatial axes of a video VAE)."""
+    cover = torch.zeros(size * scale, dtype=torch.int64)
+    for start in (range(0, size - overlap, tile - overlap) if size > tile else [0]):
+        cover[start * scale:min(start + tile, size) * scale] += 1
+    return cover
+
+
+def case_vae_decode(out):
+    """raylight's RayVAEDecodeDistributed on the workers of the case before, against ComfyUI's
+    VAEDecodeTiled on one card with the same tile settings (each of ``VAE_TILES``)."""
+    import ray
+
+    init, actors = LIVE.pop("init"), LIVE.pop("actors")
+    try:
+        name = "tiny_wan21_vae.safetensors"
+        safetensors.torch.save_file(vaes.wan21_vae(), os.path.join(MODELS, name))
+        # 9 frames of 128 x 128: a grid of 3 x 3 tiles
+        latent = torch.randn(1, 16, 3, 16, 16, generator=torch.Generator().manual_seed(5))
+        cover = [tiles_over(side, 8, 2, 8) for side in latent.shape[-2:]]
+        cover = cover[0][:, None] * cover[1][None, :]
+        vae = nodes.VAELoader().load_vae(name)[0]
+        workers = actors["workers"]
+        out["decodes"] = {}
+        for label, tiles in VAE_TILES.items():
+            seen = out["decodes"][label] = {}
+            for actor in workers:
+                start_counting(actor)
+                ray.get(actor.__ray_call__.remote(lambda worker: record_tiles()), timeout=120)
+            started = time.monotonic()
+            with torch.inference_mode():  # as ComfyUI's executor runs every node
+                (images,) = RAY["RayVAEDecodeDistributed"]().ray_decode(ray_actors=actors, vae_name=name,
+                                                                         samples={"samples": latent}, **tiles)
+            seen["ray_decode_seconds"] = round(time.monotonic() - started, 2)
+            seen["workers"] = [dict(worker_view(actor), tiles=ray.get(
+                actor.__ray_call__.remote(lambda worker: tiles_decoded()), timeout=120)) for actor in workers]
+            record_tiles()
+            started = time.monotonic()
+            with torch.inference_mode():
+                (reference,) = nodes.VAEDecodeTiled().decode(vae, {"samples": latent}, **tiles)
+            seen["tiled_decode_seconds"] = round(time.monotonic() - started, 2)
+            seen["reference_tiles"] = tiles_decoded()
+            seen["shapes"] = [list(images.shape), list(reference.shape)]
+            images, reference = images.float().cpu(), reference.float().cpu()
+            seen["equal"] = bool(images.shape == reference.shape and torch.equal(images, reference))
+            if images.shape == reference.shape:
+                seen["max_abs"] = (images - reference).abs().max().item()
+                seen["cosine"] = torch.nn.functional.cosine_similarity(images.flatten().double(),
+                                                                        reference.flatten().double(), dim=0).item()
+                seen["max_ref"] = reference.abs().max().item()
+                differs = images != reference  # frames, y, x, channels
+                seen["differing_per_frame"] = differs.any(-1).sum((1, 2)).tolist()
+                seen["tiles_over_differing"] = sorted({int(n) for n in cover[differs.any(-1).any(0)]})
+                # per frame, the differing pixels that one or two tiles cover (no four-tile corner)
+                seen["differing_per_frame_two_or_fewer"] = (differs.any(-1) & (cover <= 2)).sum((1, 2)).tolist()
+        del vae
+        mm.unload_all_models()
+    except BaseException:
+        kill(actors)
+        raise
+    hand_on(out, init, actors)
 
 
 def case_ring_misfit(out):

@@ -9,7 +9,9 @@ ComfyUI's own KSampler on one card is the reference. Two runs, chosen to cover t
 run: the users' ComfyUI v0.30.0 with raylight 1.7.2 on a 4-card box (MiniMax-H3 int8 and Wan 2.1
 int8, each on 2 and on 4 cards, one model after the other on the same workers; ring attention, ring 2
 on 2 cards and ring 2 x Ulysses 2 on 4, which also runs a 6-head model Ulysses 4 cannot split; FSDP and
-FSDP_CPU_OFFLOAD on 2 cards, the weights each card holds asked of its worker; the bad inputs), and
+FSDP_CPU_OFFLOAD on 2 cards, the weights each card holds asked of its worker; CFG parallel, cfg_degree 2,
+on 2; data parallel, a video per card, on 2; RayVAEDecodeDistributed on the 2-card run's workers; the bad
+inputs), and
 the newest, v0.33.0 with raylight 1.9.0 (MiniMax-H3 on 2).
 """
 
@@ -76,10 +78,12 @@ def run_in(tmp_path_factory, bed_python, name, *args, **options):
 @pytest.fixture(scope="module")
 def users(bed_python, tmp_path_factory):
     """The users' pair on a 4-card box: MiniMax-H3 and Wan 2.1 int8 on 2 and on 4 cards, ring attention,
-    FSDP (int8, FSDP_CPU_OFFLOAD, bf16) on 2, the bad inputs."""
+    FSDP (int8, FSDP_CPU_OFFLOAD, bf16), cfg_degree 2, data parallel and the distributed VAE decode on 2,
+    the bad inputs."""
     return run_in(tmp_path_factory, bed_python, "raylight-users", USERS, 4,
                   ["reference", "ray4", "heads", "ring2x2", "ring2", "fsdp2", "fsdp2-bf16", "fsdp2cpu",
-                   "fsdp2cpu-short", "ring_misfit", "too_many", "gpu_cluster", "ray2@1+3", "dead_worker"],
+                   "fsdp2cpu-short", "ring_misfit", "too_many", "gpu_cluster", "cfg2", "dp2", "ray2@1+3",
+                   "vae_decode", "dead_worker"],
                   arch="minimax,wan", variant="int8")
 
 
@@ -345,3 +349,101 @@ def test_without_the_shim_raylight_finds_no_device(bed_python, tmp_path):
     report = run_cases(bed_python, tmp_path, USERS, 2, ["ray2"], arch="minimax", variant="bf16",
                        env={"ASCEND_SHIM": "0"})
     assert report["cases"]["ray2"]["result"] == "ValueError: Too many gpus: requested 2 but only 0 selected/visible"
+
+
+def test_cfg_parallel_gives_the_latent_of_one_card(users):
+    """cfg_degree 2: a Wan 2.1 workflow with a negative prompt and cfg 5; each card runs the forward of
+    one half of ComfyUI's CFG batch (positive or negative), the halves meet over HCCL's all-gather.
+    One card batches both halves in one forward: close, not bit-equal (the bound is the Ulysses cases')."""
+    case = users["cases"]["cfg2"]
+    assert case["result"] == "ok", case.get("error")
+    folder = users["folder"]
+    assert not torch.equal(torch.load(folder / "reference-wancfg.pt"), torch.load(folder / "reference-wan.pt"))
+    cosine, max_abs, scale = compare(users, 2, "wancfg", "cfg2")
+    print("cfg2 wan on 2 cards: cosine %.8f, max |diff| %.3g of max |ref| %.3g (the case: %.1f s)"
+          % (cosine, max_abs, scale, case["seconds"]))
+    assert cosine > 0.9999 and max_abs < 0.03 * scale, (cosine, max_abs, scale)
+    workers = case["workers_wancfg"]
+    assert len(workers) == 2 and len({card for worker in workers for card in worker["physical"]}) == 2, workers
+    elements = users["cases"]["reference"]["latent_elements_wancfg"]
+    for worker in workers:
+        assert "error" not in worker and worker["cpu_fallbacks"] == {}, worker
+        assert worker["ops_on_cards"] == worker["physical"] and worker["quant_matmul"] > 0, worker
+        collectives = worker["collectives"]
+        assert set(collectives) == {"all_gather_into_tensor"}, collectives  # no sequence split: CFG only
+        gathered = collectives["all_gather_into_tensor"]
+        # one gather per forward (euler: one per step); each card sent its own half of the batch of two,
+        # one latent's worth (bf16 or fp32), and received the other half
+        assert gathered["calls"] == 2, gathered
+        assert gathered["sent"] == gathered["received"], gathered
+        assert gathered["sent"] // gathered["calls"] in (2 * elements, 4 * elements), (gathered, elements)
+
+
+def test_data_parallel_gives_each_card_the_video_of_one_card(users):
+    """DPKSamplerAdvanced on 2 workers (no Ulysses, ring or CFG degree): each card samples a whole
+    Wan 2.1 video with its own seed (DPNoiseList: 42 and 43), as ComfyUI's KSampler does on one card."""
+    case = users["cases"]["dp2"]
+    assert case["result"] == "ok", case.get("error")
+    assert case["videos"] == 2, case
+    folder = users["folder"]
+    videos = []
+    for seed, reference in ((42, "reference-wan.pt"), (43, "reference-wanseed43.pt")):
+        video, one = torch.load(folder / ("dp2-wanseed%d.pt" % seed)), torch.load(folder / reference)
+        print("dp2 seed %d: bit-identical to one card: %s, max |diff| %.3g (the case: %.1f s)"
+              % (seed, torch.equal(video, one), (video - one).abs().max().item(), case["seconds"]))
+        assert torch.equal(video, one), seed
+        videos.append(video)
+    assert not torch.equal(*videos)  # two videos, not one twice
+    workers = case["workers_wan"]
+    assert len(workers) == 2 and len({card for worker in workers for card in worker["physical"]}) == 2, workers
+    one_video = users["cases"]["reference"]["quant_matmul_wan"]
+    for worker in workers:
+        assert "error" not in worker and worker["cpu_fallbacks"] == {}, worker
+        assert worker["ops_on_cards"] == worker["physical"], worker
+        # one video's int8 kernels per card, and the 4 calls of the shim's capability probe of
+        # npu_quant_matmul (ascend_shim/kitchen/capability.py), once in each process, this worker's first
+        assert worker["quant_matmul"] == one_video + 4, (worker, one_video)
+        assert not worker.get("collectives"), worker  # each card alone: nothing over HCCL
+
+
+def test_the_distributed_vae_decode_is_comfyuis_tiled_decode_each_card_its_share_of_tiles(users):
+    """RayVAEDecodeDistributed (raylight 1.7.2) on the 2-card run's workers (cards 1 and 3), against
+    ComfyUI's VAEDecodeTiled on one card with the same tile settings: a Wan 2.1 latent of 3 x 16 x 16
+    in a grid of 3 x 3 tiles, dealt round-robin, decoded on the cards, blended in ComfyUI's process.
+    Each tile decodes to the same bits on a worker's card as on ComfyUI's; the blends differ in the last
+    bit or two, and only where the node's tiling allows: where four tiles meet (raylight adds each card's
+    tiles in turn, ComfyUI in grid order: a sum of four rounds with its order), and, with a temporal
+    overlap of 8 (the default; 4 is the least), wherever ComfyUI weights the frames of its one temporal
+    tile by a ramp (20 % ... 100 % ... 20 %), which cancels only in exact arithmetic.
+    """
+    case = users["cases"]["vae_decode"]
+    assert case["result"] == "ok", case.get("error")
+    for label, seen in case["decodes"].items():
+        print("vae_decode %s: equal %s, cosine %.10f, max |diff| %.3g of max %.3g, differing pixels per frame %s "
+              "(ray %.1f s, tiled %.1f s; the case %.1f s)"
+              % (label, seen["equal"], seen["cosine"], seen["max_abs"], seen["max_ref"], seen["differing_per_frame"],
+                 seen["ray_decode_seconds"], seen["tiled_decode_seconds"], case["seconds"]))
+        assert seen["shapes"][0] == seen["shapes"][1] == [9, 128, 128, 3], seen["shapes"]
+        # per tile: its shape, a digest of its latent values and one of its decoded pixels
+        reference = sorted(tile[:3] for tile in seen["reference_tiles"])
+        assert len(reference) == 9 and len({tile[1] for tile in reference}) == 9, reference
+        workers = seen["workers"]
+        assert len(workers) == 2, workers
+        dealt = []
+        for rank, worker in enumerate(workers):
+            assert "error" not in worker and worker["cpu_fallbacks"] == {}, worker
+            assert worker["ops_on_cards"] == worker["physical"], worker  # decoded on its own card
+            assert len(worker["tiles"]) == len(range(rank, 9, 2)), worker["tiles"]  # its share, no more
+            dealt += [tile[:3] for tile in worker["tiles"]]
+        # together, every tile of the one-card decode, each once, decoded to the same bits
+        assert sorted(dealt) == reference
+        assert sorted(card for worker in workers for card in worker["physical"]) == SELECTED["users", 2]
+    print("autograd recorded the tiles' decodes: on the workers %s, in ComfyUI's VAEDecodeTiled %s" % (
+        sorted({tile[3] for worker in seen["workers"] for tile in worker["tiles"]}),
+        sorted({tile[3] for tile in seen["reference_tiles"]})))
+    exact = case["decodes"]["t4"]
+    assert exact["max_abs"] <= 2 ** -23 and set(exact["tiles_over_differing"]) <= {4}, exact
+    assert sum(exact["differing_per_frame_two_or_fewer"]) == 0, exact
+    default = case["decodes"]["t8"]
+    assert default["max_abs"] <= 2 ** -22 and default["cosine"] > 0.999999, default
+    assert default["differing_per_frame_two_or_fewer"][4] == 0, default  # the middle frame: ComfyUI's weight 1
