@@ -129,6 +129,23 @@ def last_json(proc):
     return json.loads(lines[-1])
 
 
+def ranks_json(procs, timeout):
+    """The last stdout line of each started process (a rank each, in order) as JSON; a rank that
+    fails fails the caller with its stderr, and none is left running."""
+    results = []
+    try:
+        for rank, proc in enumerate(procs):
+            stdout, stderr = proc.communicate(timeout=timeout)
+            assert proc.returncode == 0, "rank %d failed:\n%s" % (rank, stderr[-4000:])
+            results.append(json.loads(stdout.strip().splitlines()[-1]))
+    finally:
+        for proc in procs:
+            if proc.poll() is None:
+                proc.kill()
+                proc.communicate()
+    return results
+
+
 def build_wheel(outdir):
     """Build the shim wheel with the running interpreter (hatchling installed)."""
     outdir.mkdir(parents=True, exist_ok=True)

@@ -7,7 +7,6 @@ through the shim. It builds raylight's own ``DistributedEasyCacheHolder`` and
 runs their syncs. Without the patch, raylight puts the scalar on the CPU, which HCCL refuses.
 """
 
-import json
 import subprocess
 
 import pytest
@@ -70,18 +69,7 @@ def _ranks(bed_python, tmp_path, **env):
             ASCEND_RT_VISIBLE_DEVICES=str(card), RANK=str(rank), STORE=str(tmp_path / "store"), **env)
         procs.append(subprocess.Popen([str(bed_python), str(script)], env=environment, cwd=str(tmp_path),
                                       stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
-    results = []
-    try:
-        for proc in procs:
-            stdout, stderr = proc.communicate(timeout=TIMEOUT)
-            assert proc.returncode == 0, stderr[-4000:]
-            results.append(json.loads(stdout.strip().splitlines()[-1]))
-    finally:
-        for proc in procs:
-            if proc.poll() is None:
-                proc.kill()
-                proc.communicate()
-    return results
+    return harness.ranks_json(procs, TIMEOUT)
 
 
 def test_cache_nodes_agree_across_cards_over_hccl(bed_python, tmp_path):

@@ -253,18 +253,7 @@ def _scenario(tmp_path, mode, cards, box, **extra):
                               RANK=rank, WORLD_SIZE=len(cards), HCCL_TEST_STORE=tmp_path / "store", **extra)
         procs.append(subprocess.Popen([sys.executable, str(script), mode], env=env, cwd=str(tmp_path),
                                       stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
-    results = []
-    try:
-        for proc in procs:
-            stdout, stderr = proc.communicate(timeout=TIMEOUT)
-            assert proc.returncode == 0, "rank %d failed:\n%s" % (len(results), stderr[-4000:])
-            results.append(json.loads(stdout.strip().splitlines()[-1]))
-    finally:
-        for proc in procs:
-            if proc.poll() is None:
-                proc.kill()
-                proc.communicate()
-    return results
+    return harness.ranks_json(procs, TIMEOUT)
 
 
 @pytest.fixture(scope="module")
