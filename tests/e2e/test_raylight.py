@@ -12,7 +12,7 @@ on 2 cards and ring 2 x Ulysses 2 on 4, which also runs a 6-head model Ulysses 4
 FSDP_CPU_OFFLOAD on 2 cards, the weights each card holds asked of its worker; CFG parallel, cfg_degree 2,
 on 2; data parallel, a video per card, on 2; RayVAEDecodeDistributed on the 2-card run's workers; the bad
 inputs), and
-the newest, v0.33.0 with raylight 1.9.0 (MiniMax-H3 on 2).
+the newest, v0.33.0 with raylight 1.9.0 (MiniMax-H3 on 2 cards: Ulysses 2, and ring 2).
 """
 
 import json
@@ -89,7 +89,7 @@ def users(bed_python, tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def newest(bed_python, tmp_path_factory):
-    return run_in(tmp_path_factory, bed_python, "raylight-newest", NEWEST, 2, ["reference", "ray2"],
+    return run_in(tmp_path_factory, bed_python, "raylight-newest", NEWEST, 2, ["reference", "ray2", "ring2"],
                   arch="minimax", variant="int8")
 
 
@@ -207,18 +207,19 @@ def test_comfyui_decodes_the_latent_the_workers_sampled(users):
     assert users["cases"]["heads"]["result"] != "ok"  # the workers went on to the next case, then RayKill
 
 
-RINGS = [("ring2", 2, "minimax"), ("ring2", 2, "wan"), ("ring2x2", 4, "minimax"), ("ring2x2", 4, "wan"),
-         ("ring2x2", 4, "minimax6")]
+RINGS = [("users", "ring2", 2, "minimax"), ("users", "ring2", 2, "wan"), ("users", "ring2x2", 4, "minimax"),
+         ("users", "ring2x2", 4, "wan"), ("users", "ring2x2", 4, "minimax6"), ("newest", "ring2", 2, "minimax")]
 
 
-@pytest.mark.parametrize("mode, cards, arch", RINGS)
-def test_ring_attention_gives_the_latent_of_one_card(users, mode, cards, arch):
+@pytest.mark.parametrize("run, mode, cards, arch", RINGS)
+def test_ring_attention_gives_the_latent_of_one_card(request, run, mode, cards, arch):
     """Each ring step is torch_npu's fused attention with its log-sum-exp, merged in fp32; the keys and
     values go round the ring over HCCL's P2P. ``minimax6``: a 6-head MiniMax-H3 on 4 cards, which
-    Ulysses alone cannot split (ring 2 x Ulysses 2 can)."""
-    case = users["cases"][mode]
+    Ulysses alone cannot split (ring 2 x Ulysses 2 can). ``newest``: raylight 1.9.0 on v0.33.0."""
+    report = request.getfixturevalue(run)
+    case = report["cases"][mode]
     assert case["result"] == "ok", case.get("error")
-    cosine, max_abs, scale = compare(users, cards, arch, mode)
+    cosine, max_abs, scale = compare(report, cards, arch, mode)
     print("%s %s on %d cards: cosine %.8f, max |diff| %.3g of max |ref| %.3g (the case: %.1f s)"
           % (mode, arch, cards, cosine, max_abs, scale, case["seconds"]))
     assert cosine > 0.9999 and max_abs < 0.03 * scale, (cosine, max_abs, scale)
