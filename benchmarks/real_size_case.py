@@ -379,8 +379,6 @@ def run_dit():
 
 def run_vae():
     import comfy.ldm.minimax.vae
-    import comfy.sd
-    from comfy_extras.nodes_minimax_h3 import _empty_av_latent
 
     # ComfyUI's VAE() calls .to(vae_dtype) on the CPU model: torch's Module._apply swaps a FakeTensor
     # parameter (torch.utils.swap_tensors, which refuses FakeTensorMode's weak references), so the
@@ -388,47 +386,41 @@ def run_vae():
     MODE.meta = True
     with torch.device("meta"):
         vae_model = comfy.ldm.minimax.vae.MiniMaxH3VideoVAE()
-    sd = {k: fill(tuple(t.shape), torch.bfloat16 if t.is_floating_point() else t.dtype, k)
-          for k, t in vae_model.state_dict().items()}
-    report["parameters"] = sum(t.numel() for t in vae_model.state_dict().values())
-    vae = comfy.sd.VAE(sd=sd)
-    report["vae_dtype"] = str(vae.vae_dtype)
-    report["vae_class"] = type(vae.first_stage_model).__name__
-    latent, frames = _empty_av_latent(OPTS.width, OPTS.height, OPTS.length)
-    video, _ = latent["samples"].unbind()
-    report["latent"] = {"video": list(video.shape), "frames": frames}
-    start_counting()
-    # ComfyUI's executor decodes under inference_mode; the data-less load inside decode() fails
-    # there, so no_grad: the same kernels (the VAE's parameters ask for gradients, which in grad
-    # mode would send every RMSNorm to torch's composite)
-    with torch.no_grad():
-        images = vae.decode(video)
-    report["output"] = list(images.shape)
-    report["step"] = stop_counting()
+    decode_counted(vae_model, lambda t: torch.bfloat16 if t.is_floating_point() else t.dtype, "video")
 
 
 def run_audio():
     """The same latent's audio stream decoded with ComfyUI's ``VAE`` holding MiniMax-H3's audio VAE (DAC
     encoder, BigVGAN decoder; float32, its working dtype), as the template's audio decode calls it."""
     import comfy.ldm.minimax.audio_vae
-    import comfy.sd
-    from comfy_extras.nodes_minimax_h3 import _empty_av_latent
 
     MODE.meta = True  # as the video VAE
     with torch.device("meta"):
         audio_model = comfy.ldm.minimax.audio_vae.MiniMaxH3AudioVAE()
-    sd = {k: fill(tuple(t.shape), t.dtype, k) for k, t in audio_model.state_dict().items()}
-    report["parameters"] = sum(t.numel() for t in audio_model.state_dict().values())
+    decode_counted(audio_model, lambda t: t.dtype, "audio")
+
+
+def decode_counted(model, dtype_of, stream):
+    """ComfyUI's ``VAE`` made from ``model``'s state dict (data-less tensors of ``dtype_of(tensor)``)
+    decodes the ``stream`` ("video" or "audio") of the user's empty latent; the decode is counted."""
+    import comfy.sd
+    from comfy_extras.nodes_minimax_h3 import _empty_av_latent
+
+    sd = {k: fill(tuple(t.shape), dtype_of(t), k) for k, t in model.state_dict().items()}
+    report["parameters"] = sum(t.numel() for t in model.state_dict().values())
     vae = comfy.sd.VAE(sd=sd)
     report["vae_dtype"] = str(vae.vae_dtype)
     report["vae_class"] = type(vae.first_stage_model).__name__
     latent, frames = _empty_av_latent(OPTS.width, OPTS.height, OPTS.length)
-    _, audio = latent["samples"].unbind()
-    report["latent"] = {"audio": list(audio.shape), "frames": frames}
+    samples = dict(zip(("video", "audio"), latent["samples"].unbind()))[stream]
+    report["latent"] = {stream: list(samples.shape), "frames": frames}
     start_counting()
-    with torch.no_grad():  # as the video VAE's decode
-        sound = vae.decode(audio)
-    report["output"] = list(sound.shape)
+    # ComfyUI's executor decodes under inference_mode; the data-less load inside decode() fails
+    # there, so no_grad: the same kernels (the VAE's parameters ask for gradients, which in grad
+    # mode would send every RMSNorm to torch's composite)
+    with torch.no_grad():
+        decoded = vae.decode(samples)
+    report["output"] = list(decoded.shape)
     report["step"] = stop_counting()
 
 
