@@ -52,8 +52,13 @@ and runs the cases asked for, in order, each architecture of ``--arch`` in turn:
               on one card, the same tiles (64 px, overlap 32; temporal overlap 4, then the default 8);
               each process records the tiles its Wan VAE decoded (shape, a digest of the latent tile
               and one of its pixels, whether autograd recorded it), asked afterwards
-  dead_worker right after ``ray2`` or ``vae_decode`` (their workers, a model loaded): one worker killed,
-              the sampler's error, ComfyUI lives on, RayKill frees the cards
+  minimax_decode  right after a rayN case or ``vae_decode`` (their workers): a seeded MiniMax-H3 video latent
+              of 12 x 24 x 24 (39 frames of 384 x 384, which that VAE, tiling itself, decodes as 8 tiles)
+              decoded by RayVAEDecodeDistributed over the workers and by ComfyUI's VAEDecode here on one
+              card; each process records the tile calls it computed and its ops
+  dead_worker right after ``ray2``, ``vae_decode`` or ``minimax_decode`` (their workers, a model loaded): one
+              worker dies (after ``minimax_decode``: its process ends in its first tile of a distributed
+              decode, the node's error), the sampler's error, ComfyUI lives on, RayKill frees the cards
 
 Ray counts the cards with CANN's ``acl`` module (the bed's fake one reads
 ASCEND_RT_VISIBLE_DEVICES as ACL does) and gives each worker one card in
@@ -404,7 +409,7 @@ def case_ray(out, cards, select=None, ring=1, prefix="ray", fsdp=None):
     hand_on(out, init, actors)
 
 
-REUSERS = ("heads", "dead_worker", "vae_decode")  # the cases that go on with the workers of the one before
+REUSERS = ("heads", "dead_worker", "vae_decode", "minimax_decode")  # the cases that go on with the workers of the one before
 
 
 def hand_on(out, init, actors):
@@ -636,6 +641,103 @@ def case_vae_decode(out):
     hand_on(out, init, actors)
 
 
+def record_minimax_tiles(die=False):
+    """In the process it runs in: the MiniMax-H3 video VAE's tile calls (``_decode_pixels``) each keep
+    the latent slice's shape and a digest of its values; ``minimax_tiles`` reads them. Also counts
+    the ops on this process's cards from here on. ``die``: the process ends in its first tile."""
+    import hashlib
+
+    import comfy.ldm.minimax.vae as minimax_vae
+
+    from testbed import npu_device as nd
+
+    vaes.model_minimax_vaes_at_tiny_width()
+    cls = minimax_vae.MiniMaxH3VideoVAE.__mro__[1] if getattr(minimax_vae.MiniMaxH3VideoVAE, "tiny", False) \
+        else minimax_vae.MiniMaxH3VideoVAE
+    if not hasattr(cls, "recorded_tiles"):
+        original = cls._decode_pixels
+
+        def _decode_pixels(self, z):
+            if getattr(cls, "die_in_tile", False):  # this worker's process ends in its first tile
+                os._exit(1)
+            values = z.detach().float().cpu().contiguous()
+            cls.recorded_tiles.append([list(z.shape), hashlib.sha1(values.numpy().tobytes()).hexdigest()[:16]])
+            return original(self, z)
+
+        cls._decode_pixels = _decode_pixels
+    cls.recorded_tiles = []
+    cls.die_in_tile = die
+    nd.reset_op_counts(enable=True)
+    nd.reset_cpu_fallbacks()
+    return True
+
+
+def minimax_tiles():
+    import comfy.ldm.minimax.vae as minimax_vae
+
+    from testbed import npu_device as nd
+
+    cls = minimax_vae.MiniMaxH3VideoVAE.__mro__[1] if getattr(minimax_vae.MiniMaxH3VideoVAE, "tiny", False) \
+        else minimax_vae.MiniMaxH3VideoVAE
+    return {"tiles": list(getattr(cls, "recorded_tiles", [])),
+            "ops": sum(n for (index, _), n in nd.op_counts_by_device().items() if index is not None),
+            "cpu_fallbacks": dict(nd.cpu_fallbacks())}
+
+
+MINIMAX_LATENT = (1, 24, 12, 24, 24)  # 39 frames of 384 x 384: 2 temporal chunks of 2 x 2 spatial tiles
+
+
+def minimax_ray_decode(actors, name, latent):
+    with torch.inference_mode():  # as ComfyUI's executor runs every node
+        (images,) = RAY["RayVAEDecodeDistributed"]().ray_decode(ray_actors=actors, vae_name=name,
+                                                                 samples={"samples": latent}, tile_size=512,
+                                                                 overlap=64, temporal_size=64, temporal_overlap=8)
+    return images
+
+
+def case_minimax_decode(out):
+    """raylight's RayVAEDecodeDistributed of MiniMax-H3's video VAE (which tiles itself) on the workers of
+    the case before, against ComfyUI's own VAEDecode on one card: a latent of 12 x 24 x 24 (39 frames of
+    384 x 384), which that VAE decodes as 2 temporal chunks of 2 x 2 spatial tiles."""
+    import ray
+
+    init, actors = LIVE.pop("init"), LIVE.pop("actors")
+    try:
+        vaes.model_minimax_vaes_at_tiny_width()
+        name = "tiny_minimax_video_vae.safetensors"
+        safetensors.torch.save_file(vaes.minimax_video_vae(), os.path.join(MODELS, name))
+        latent = torch.randn(*MINIMAX_LATENT, generator=torch.Generator().manual_seed(9))
+        workers = actors["workers"]
+        for actor in workers:
+            start_counting(actor)
+            ray.get(actor.__ray_call__.remote(lambda worker: record_minimax_tiles()), timeout=120)
+        started = time.monotonic()
+        images = minimax_ray_decode(actors, name, latent)
+        out["ray_decode_seconds"] = round(time.monotonic() - started, 2)
+        out["workers"] = [dict(worker_view(actor), **ray.get(actor.__ray_call__.remote(
+            lambda worker: minimax_tiles()), timeout=120)) for actor in workers]
+        vae = nodes.VAELoader().load_vae(name)[0]
+        record_minimax_tiles()
+        started = time.monotonic()
+        with torch.inference_mode():
+            (reference,) = nodes.VAEDecode().decode(vae, {"samples": latent})
+        out["decode_seconds"] = round(time.monotonic() - started, 2)
+        out["reference"] = minimax_tiles()
+        out["shapes"] = [list(images.shape), list(reference.shape)]
+        images, reference = images.float().cpu(), reference.float().cpu()
+        out["equal"] = bool(images.shape == reference.shape and torch.equal(images, reference))
+        if images.shape == reference.shape:
+            out["max_abs"] = (images - reference).abs().max().item()
+            out["cosine"] = torch.nn.functional.cosine_similarity(images.flatten().double(),
+                                                                   reference.flatten().double(), dim=0).item()
+        del vae
+        mm.unload_all_models()
+    except BaseException:
+        kill(actors)
+        raise
+    hand_on(out, init, actors)
+
+
 def case_ring_misfit(out):
     RAY["RayInitializer"]().spawn_actor(**dict(INIT, GPU=2, ulysses_degree=2, ring_degree=2, skip_comm_test=True))
 
@@ -663,8 +765,19 @@ def case_dead_worker(out):
     import ray
 
     actors = LIVE.pop("actors")
-    ray.kill(actors["workers"][-1])
+    last = actors["workers"][-1]
     try:
+        if "minimax_decode" in CASES:  # the last worker's process ends in the middle of a distributed decode
+            ray.get(last.__ray_call__.remote(lambda worker: record_minimax_tiles(die=True)), timeout=120)
+            started = time.monotonic()
+            try:
+                minimax_ray_decode(actors, "tiny_minimax_video_vae.safetensors", torch.randn(*MINIMAX_LATENT))
+                out["decode_error"] = None
+            except Exception as exc:  # noqa: BLE001  (what ComfyUI's console shows for the node)
+                out["decode_error"] = error_text(exc)[:2000]
+            out["decode_seconds"] = round(time.monotonic() - started, 2)
+        else:
+            ray.kill(last)
         RAY["XFuserKSamplerAdvanced"]().ray_sample(ray_actors=actors, **SAMPLING)
     finally:
         kill(actors)

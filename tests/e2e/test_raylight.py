@@ -10,8 +10,8 @@ run: the users' ComfyUI v0.30.0 with raylight 1.7.2 on a 4-card box (MiniMax-H3 
 int8, each on 2 and on 4 cards, one model after the other on the same workers; ring attention, ring 2
 on 2 cards and ring 2 x Ulysses 2 on 4, which also runs a 6-head model Ulysses 4 cannot split; FSDP and
 FSDP_CPU_OFFLOAD on 2 cards, the weights each card holds asked of its worker; CFG parallel, cfg_degree 2,
-on 2; data parallel, a video per card, on 2; RayVAEDecodeDistributed on the 2-card run's workers; the bad
-inputs), and
+on 2; data parallel, a video per card, on 2; RayVAEDecodeDistributed on the 2-card run's workers, of the
+Wan VAE and of MiniMax-H3's, which tiles itself; the bad inputs), and
 the newest, v0.33.0 with raylight 1.9.0 (MiniMax-H3 on 2 cards: Ulysses 2, and ring 2).
 """
 
@@ -83,7 +83,7 @@ def users(bed_python, tmp_path_factory):
     return run_in(tmp_path_factory, bed_python, "raylight-users", USERS, 4,
                   ["reference", "ray4", "heads", "ring2x2", "ring2", "fsdp2", "fsdp2-bf16", "fsdp2cpu",
                    "fsdp2cpu-short", "ring_misfit", "too_many", "gpu_cluster", "cfg2", "dp2", "ray2@1+3",
-                   "vae_decode", "dead_worker"],
+                   "vae_decode", "minimax_decode", "dead_worker"],
                   arch="minimax,wan", variant="int8")
 
 
@@ -192,7 +192,7 @@ def test_the_patches_apply_in_comfyui_and_the_console_says_how_the_attention_run
     rows = users["driver_patches"]
     assert {name: state for name, (state, _) in rows.items()} == {
         "raylight_xfuser": "applied", "raylight_ranks": "applied", "raylight_workers": "applied",
-        "raylight_controlnet": "applied",
+        "raylight_controlnet": "applied", "raylight_vae_share": "applied",
         "raylight_attention": "applied", "raylight_nodes": "applied", "raylight_cache_sync": "applied",
         "yunchang_sync": "applied", "yunchang_ring": "applied"}
     said = [line for line in users["stderr"].splitlines() if line.startswith("ascend_shim: raylight's")]
@@ -334,7 +334,13 @@ def test_a_ray_cluster_without_npus_is_one_clear_error_not_a_hang(users):
 
 
 def test_a_dead_worker_is_an_error_comfyui_lives_on_and_raykill_frees_the_cards(users):
+    """The last worker's process ends in the first tile of its share of a MiniMax-H3 decode: the node
+    stops on Ray's error while the other worker waits for it; then the sampler on the same workers."""
     case = users["cases"]["dead_worker"]
+    print("dead worker: the decode stopped in %.2f s: %s" % (case["decode_seconds"],
+                                                               case["decode_error"].splitlines()[0]))
+    assert case["decode_error"].startswith("ActorDiedError: ") and \
+        "because its worker process has died" in case["decode_error"], case
     assert "Actor" in case["result"] and "died" in case["error"], case
     assert case["killed_after_error"] is True and case["comfyui_alive"] is True
 
@@ -448,3 +454,34 @@ def test_the_distributed_vae_decode_is_comfyuis_tiled_decode_each_card_its_share
     default = case["decodes"]["t8"]
     assert default["max_abs"] <= 2 ** -22 and default["cosine"] > 0.999999, default
     assert default["differing_per_frame_two_or_fewer"][4] == 0, default  # the middle frame: ComfyUI's weight 1
+
+
+def test_minimax_h3s_video_decode_spreads_over_the_cards_with_the_frames_of_one_card(users):
+    """RayVAEDecodeDistributed of MiniMax-H3's video VAE, which tiles itself (raylight alone refuses it),
+    on the 2-card run's workers (cards 1 and 3), against ComfyUI's own VAEDecode on one card: a latent of
+    12 x 24 x 24, which that VAE decodes as 8 tiles (2 temporal chunks of 2 x 2 spatial tiles). Each
+    card decodes every other tile of ComfyUI's own decode; worker 0 blends them with ComfyUI's code."""
+    case = users["cases"]["minimax_decode"]
+    assert case["result"] == "ok", case.get("error")
+    reference, workers = case["reference"], case["workers"]
+    print("minimax_decode: equal %s, max |diff| %s; ops: one card %d, the workers %s; ray %.2f s, one card %.2f s"
+          % (case["equal"], case["max_abs"], reference["ops"], [w["ops"] for w in workers],
+             case["ray_decode_seconds"], case["decode_seconds"]))
+    assert case["shapes"][0] == case["shapes"][1] == [39, 384, 384, 3], case["shapes"]
+    assert case["equal"] is True, case  # the same bits as one card
+    # per tile call, in ComfyUI's order: the latent slice's shape and a digest of its values
+    tiles = reference["tiles"]
+    assert len(tiles) == 8 and len({tile[1] for tile in tiles}) == 8, tiles
+    assert len(workers) == 2
+    for rank, worker in enumerate(workers):
+        assert "error" not in worker and worker["cpu_fallbacks"] == {}, worker
+        assert worker["ops_on_cards"] == worker["physical"], worker  # on its own card
+        assert worker["tiles"] == tiles[rank::2], worker["tiles"]  # its share, each tile once, no more
+        assert worker["ops"] < reference["ops"], (worker["ops"], reference["ops"])
+    assert sorted(card for worker in workers for card in worker["physical"]) == SELECTED["users", 2]
+    # the ranks agree in one all-reduce, then worker 1's 4 tiles (fp16, 3 x 28 x 256 x 256 each) go to worker 0
+    tile_bytes = 4 * 3 * 28 * 256 * 256 * 2
+    assert workers[0]["collectives"] == {"all_reduce": {"calls": 1, "sent": 12, "received": 12},
+                                         "recv": {"calls": 4, "sent": 0, "received": tile_bytes}}, workers[0]
+    assert workers[1]["collectives"] == {"all_reduce": {"calls": 1, "sent": 12, "received": 12},
+                                         "send": {"calls": 4, "sent": tile_bytes, "received": 0}}, workers[1]
