@@ -101,8 +101,9 @@ def raylight_src():
     return tree / "src"
 
 
-def run(name, part, options, workdir, cards=1):
-    """One contender's count in a fresh interpreter; ``cards`` > 1: rank 0 of raylight's Ulysses split."""
+def run(name, part, options, workdir, cards=1, share=0):
+    """One contender's count in a fresh interpreter; ``cards`` > 1: rank 0 of raylight's Ulysses split;
+    ``share`` > 1 (the video decode): worker 0 of raylight's distributed decode over ``share`` cards."""
     spec = CONTENDERS[name]
     schemas = harness.torch_npu_dir("2.12.0") / "registered_schemas.txt"
     args = [sys.executable, str(CASE), str(harness.comfyui_dir(COMFYUI)), "--part", part,
@@ -110,6 +111,8 @@ def run(name, part, options, workdir, cards=1):
             "--width", str(options.width), "--height", str(options.height), "--length", str(step.VIDEO["length"]),
             "--npu-schemas", str(schemas)]
     path = [str(harness.REPO)]
+    if share > 1:
+        args += ["--share", str(share)]
     if cards > 1:
         args += ["--ulysses", str(cards), "--raylight", str(raylight_src())]
         path.append(str(raylight_src()))

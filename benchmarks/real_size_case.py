@@ -23,7 +23,12 @@ to an op class by the Python frames it was called from (the ComfyUI module or fu
 
 ``--ulysses N``: the DiT step as rank 0 of N cards under raylight's Ulysses split (``rank0_of_ulysses``):
 raylight's own MiniMax-H3 forward and attention, xfuser's and yunchang's own groups on torch's fake
-process group, the collectives counted (bytes this card sends) instead of run. Prints one JSON object.
+process group, the collectives counted (bytes this card sends) instead of run.
+
+``--share N`` (``--part vae``): the video decode as worker 0 of N cards under raylight's
+``RayVAEDecodeDistributed`` with the shim (``distributed.tile_share``, as ``raylight_vae_share`` calls it):
+worker 0 computes its share of the tiles and blends them all; the other workers' tiles are counted as
+bytes received (``RankZeroOf``), not computed here. Prints one JSON object.
 """
 
 import argparse
@@ -52,6 +57,9 @@ parser.add_argument("--npu-schemas", metavar="FILE")
 parser.add_argument("--ulysses", type=int, default=0, metavar="N",
                     help="run raylight's Ulysses forward as rank 0 of N cards (0: ComfyUI's own forward)")
 parser.add_argument("--raylight", metavar="SRC", help="raylight's src folder (with --ulysses)")
+parser.add_argument("--share", type=int, default=0, metavar="N",
+                    help="with --part vae: the decode as worker 0 of N cards under raylight's distributed decode "
+                         "(the shim's raylight_vae_share), the other workers' tiles counted as they arrive")
 parser.add_argument("--cfg", type=int, choices=(1, 2), default=1,
                     help="forwards per step: 1 (BasicGuider, the MiniMax-H3 templates) or 2 (a CFG guider)")
 OPTS = parser.parse_args()
@@ -419,9 +427,70 @@ def decode_counted(model, dtype_of, stream):
     # there, so no_grad: the same kernels (the VAE's parameters ask for gradients, which in grad
     # mode would send every RMSNorm to torch's composite)
     with torch.no_grad():
-        decoded = vae.decode(samples)
+        decoded = share_counted(vae, samples, OPTS.share) if OPTS.share > 1 and stream == "video" else \
+            vae.decode(samples)
     report["output"] = list(decoded.shape)
     report["step"] = stop_counting()
+
+
+class RankZeroOf:
+    """torch.distributed as worker 0 of ``size`` meets it in ``tile_share.decode_shared``: every peer
+    agrees (its verdict is worker 0's), and each tile a peer computed arrives (its bytes counted, no data)."""
+
+    ReduceOp = torch.distributed.ReduceOp
+    P2POp = collections.namedtuple("P2POp", "op tensor peer")
+
+    def __init__(self, size):
+        self.size = size
+
+    def get_rank(self):
+        return 0
+
+    def get_world_size(self):
+        return self.size
+
+    def all_reduce(self, tensor, op=None):
+        COLLECTIVES["all_reduce"][0] += 1
+
+    def irecv(self, tensor, peer):
+        raise RuntimeError("tile_share posts its receives through batch_isend_irecv")
+
+    isend = irecv
+
+    def batch_isend_irecv(self, ops):
+        for op in ops:
+            if op.op != self.irecv:
+                raise RuntimeError("worker 0 only receives tiles")
+            COLLECTIVES["tiles_received"][0] += 1
+            COLLECTIVES["tiles_received"][1] += device_account.nbytes(op.tensor)
+        return []
+
+
+def share_counted(vae, samples, cards):
+    """Worker 0's part of raylight's distributed decode of ``samples`` over ``cards`` (counted)."""
+    from ascend_shim.distributed import tile_share
+    from ascend_shim.patches.raylight import vae_share
+
+    model = vae.first_stage_model
+    predict = vae_share._tile_shape(model.decoder)
+    mm.load_models_gpu([vae.patcher], memory_required=vae.memory_used_decode(samples.shape, vae.vae_dtype),
+                       force_full_load=vae.disable_offload)
+    z = samples.to(device=vae.device, dtype=vae.vae_dtype)
+    calls = []
+    compute = model._decode_pixels
+
+    def counted_tile(latent):
+        calls.append(list(latent.shape))
+        return compute(latent)
+
+    model._decode_pixels = counted_tile
+    try:
+        frames, _shape = tile_share.decode_shared(lambda: model.decode(z), model, "_decode_pixels", predict,
+                                                  RankZeroOf(cards), vae.device)
+    finally:
+        del model._decode_pixels
+    report["tiles"] = {"computed": len(calls), "received": COLLECTIVES["tiles_received"][0]}
+    return frames.to(device=vae.output_device, dtype=vae.vae_output_dtype()).movedim(1, -1)
 
 
 # --------------------------------------------------------------------------- the text encoder

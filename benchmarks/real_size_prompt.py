@@ -16,9 +16,12 @@ runs it, each counted on the bed at the user's size by ``real_size_case.py`` (``
 * **DiT, ``--steps`` steps** (``dit``: one card, ComfyUI alone; ``cards``: per card under raylight's Ulysses
   split over ``--cards``, its all-to-alls and all-gather over HCCS as ``real_size.py`` accounts them);
 * **video VAE decode** (``vae``) and **audio VAE decode** (``audio``: MiniMax-H3's audio VAE, float32),
-  on ComfyUI's card. On N cards the video decode stays on one card today: raylight's distributed decode
-  refuses a VAE that tiles itself (issue 40 item 3). The "spread" column divides the one-card decode by
-  N, what an even split of its tiles would give at best (an assumption, not a count);
+  on ComfyUI's card (ComfyUI's ``VAEDecode``, the middle column);
+* **video VAE decode spread over the cards** (``share``, the last column): raylight's
+  ``RayVAEDecodeDistributed`` with the shim (``raylight_vae_share``), counted as worker 0 of ``--cards``
+  runs it: its share of the decode's tiles (every N-th of them), the blend of all of them, and the other
+  workers' tiles arriving over HCCS (their bytes over N-1 links at once, full mesh). The other workers
+  compute as many tiles or one fewer, and blend nothing, so worker 0 is the slowest;
 * **loads and unloads**: under ``--disable-smart-memory`` (the user's) every prompt copies the text
   encoder and the DiT onto the card and back into host memory when they are unloaded; kept loaded
   (smart memory, a repeat prompt), neither crosses. Sizes: ``--te-gb`` (25.9 GB, the text encoder as
@@ -36,7 +39,7 @@ Figures not recounted (``--parts`` leaves them out) are the ones this file recor
 same counts at the default size and peaks on the date given; with other peaks or sizes every part must be
 recounted. The user's 161.81 s and the issue's goal (8 cards, whole prompt <= 20 s) are printed beside.
 
-    python benchmarks/real_size_prompt.py [--parts te,dit,cards,vae,audio] [--cards 8] [--steps 20]
+    python benchmarks/real_size_prompt.py [--parts te,dit,cards,vae,share,audio] [--cards 8] [--steps 20]
                                           [--launch-us 30] [--h2d-gbps 24.9 --d2h-gbps 24.9]
                                           [--te-gb 25.9 --dit-gb 19.996] [--json]
 """
@@ -59,10 +62,11 @@ STEPS = 20  # the template's BasicScheduler
 TE_GB = 25.9  # the text encoder the user's run loads, as the issue quotes it
 DIT_GB = 19.996  # the user's log: the diffusion model loads 19,996 MB
 LAUNCH_US = 30.0
-PARTS = ("te", "dit", "cards", "vae", "audio")
+PARTS = ("te", "dit", "cards", "vae", "share", "audio")
 # The counts of each part at the default size and peaks (ComfyUI v0.30.0, the shim, kitchen 0.2.26, cfg 1;
 # real_size_case.py on the simulated 910B, 2026-12-06): kernels, roofline seconds, bytes sent to other cards.
-# ``cards`` is one card's step under Ulysses over RECORDED_CARDS cards.
+# ``cards`` is one card's step under Ulysses over RECORDED_CARDS cards; ``share`` worker 0's part of the video
+# decode spread over RECORDED_CARDS cards (its ``sent_bytes``: the tiles it receives).
 RECORDED_DATE = "2026-12-06"
 RECORDED_CARDS = 8
 RECORDED = {
@@ -70,9 +74,10 @@ RECORDED = {
     "dit": {"kernels": 2695, "roofline_s": 2.4303, "sent_bytes": 0},
     "cards": {"kernels": 3047, "roofline_s": 0.3381, "sent_bytes": 5_057_013_248},
     "vae": {"kernels": 65253, "roofline_s": 4.0001, "sent_bytes": 0},
+    "share": {"kernels": 9931, "roofline_s": 0.5456, "sent_bytes": 1_001_914_368},
     "audio": {"kernels": 2002, "roofline_s": 0.0341, "sent_bytes": 0},
 }
-COLUMNS = ("1 card", "%d cards, decode on one card (today)", "%d cards, decode spread (if item 3 lands)")
+COLUMNS = ("1 card", "%d cards, decode on ComfyUI's card (VAEDecode)", "%d cards, decode spread (RayVAEDecodeDistributed)")
 
 
 def loads(te_bytes, dit_bytes, h2d_bytes_s, d2h_bytes_s, smart_memory_disabled):
@@ -91,16 +96,18 @@ def account(figures, cards, steps, link_bytes_s, te_bytes, dit_bytes, h2d_bytes_
     "launch": [3], "total": [3], "kernels": [3], "loads": {...}}``, columns as ``COLUMNS``.
 
     ``figures``: per part ``{kernels, roofline_s, sent_bytes}`` (``cards``: one card's step on ``cards``)."""
-    te, dit, many, vae, audio = (figures[p] for p in PARTS)
+    te, dit, many, vae, share, audio = (figures[p] for p in PARTS)
     many_step = many["roofline_s"] + real_size.hccs_seconds(many["sent_bytes"], cards, link_bytes_s)
+    share_link = real_size.hccs_seconds(share["sent_bytes"], cards, link_bytes_s)
     moved = loads(te_bytes, dit_bytes, h2d_bytes_s, d2h_bytes_s, smart_memory_disabled)
     rows = [
         ("text encoder forward", [te["roofline_s"]] * 3, "counted on the bed; ComfyUI's card in every column"),
         ("DiT, %d steps" % steps, [steps * dit["roofline_s"]] + [steps * many_step] * 2,
          "counted on the bed: 1 card ComfyUI alone; %d cards raylight Ulysses %d, per card step %.3f s = roofline "
          "%.3f + HCCS %.3f" % (cards, cards, many_step, many["roofline_s"], many_step - many["roofline_s"])),
-        ("video VAE decode", [vae["roofline_s"]] * 2 + [vae["roofline_s"] / cards],
-         "counted on the bed (one card); spread = one card's / %d, assumed" % cards),
+        ("video VAE decode", [vae["roofline_s"]] * 2 + [share["roofline_s"] + share_link],
+         "counted on the bed: one card; spread: worker 0 of %d, roofline %.3f + its peers' tiles over HCCS %.3f"
+         % (cards, share["roofline_s"], share_link)),
         ("audio VAE decode", [audio["roofline_s"]] * 3, "counted on the bed; ComfyUI's card"),
     ]
     for name, entry in moved.items():
@@ -110,7 +117,7 @@ def account(figures, cards, steps, link_bytes_s, te_bytes, dit_bytes, h2d_bytes_
     bound = [sum(row[1][c] for row in rows) for c in range(3)]
     kernels = [te["kernels"] + steps * dit["kernels"] + vae["kernels"] + audio["kernels"],
                te["kernels"] + steps * many["kernels"] + vae["kernels"] + audio["kernels"],
-               te["kernels"] + steps * many["kernels"] + vae["kernels"] / cards + audio["kernels"]]
+               te["kernels"] + steps * many["kernels"] + share["kernels"] + audio["kernels"]]
     launch = [k * launch_s for k in kernels]
     return {"rows": [{"stage": name, "seconds": seconds, "basis": basis} for name, seconds, basis in rows],
             "bound": bound, "kernels": kernels, "launch": launch, "total": [b + l for b, l in zip(bound, launch)],
@@ -125,15 +132,19 @@ def count(parts, options, cards, peaks, link_bytes_s):
         for part in PARTS:
             if part not in parts:
                 figures[part] = dict(RECORDED[part], source="recorded %s%s" % (
-                    RECORDED_DATE, " (%d cards)" % RECORDED_CARDS if part == "cards" else ""))
+                    RECORDED_DATE, " (%d cards)" % RECORDED_CARDS if part in ("cards", "share") else ""))
                 continue
             n = cards if part == "cards" else 1
-            report = real_size.run("shim", "dit" if part == "cards" else part, options, workdir, cards=n)
+            report = real_size.run("shim", {"cards": "dit", "share": "vae"}.get(part, part), options, workdir, cards=n,
+                                   share=cards if part == "share" else 0)
             if report.get("stage") != "done":
                 raise SystemExit("%s: the count failed: %s" % (part, report.get("error")))
             got = real_size.card_step(report, peaks, n, link_bytes_s)
+            crossing = got["sent_bytes"]
+            if part == "share":  # the tiles worker 0 receives
+                crossing = report["step"]["collectives"].get("tiles_received", [0, 0])[1]
             figures[part] = {"kernels": got["kernels"], "roofline_s": got["roofline_s"],
-                             "sent_bytes": got["sent_bytes"], "source": "counted now (%.0f s)" % report["seconds"]}
+                             "sent_bytes": crossing, "source": "counted now (%.0f s)" % report["seconds"]}
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
     return figures
@@ -157,11 +168,12 @@ def print_account(result):
             " | ".join("**%.2f**" % s for s in acc["total"]), USER_PROMPT_SECONDS, cards, GOAL_SECONDS))
         one, today, spread = acc["total"]
         print("1 card: %.2f s, %.0f %% of the user's %.2f s (the rest is what the account leaves out). %d cards: "
-              "%.2f s with the decode on one card, %.2f s spread: %s the goal of %.0f s" % (
+              "%.2f s with the decode on ComfyUI's card, %.2f s spread: %s the goal of %.0f s" % (
                   one, 100 * one / USER_PROMPT_SECONDS, USER_PROMPT_SECONDS, cards, today, spread,
                   "both within" if max(today, spread) <= GOAL_SECONDS else
                   "only the spread decode within" if spread <= GOAL_SECONDS else "neither within", GOAL_SECONDS))
-    print("\nfigures (kernels / roofline s / bytes sent per step), source:")
+    print("\nfigures (kernels / roofline s / bytes crossing HCCS: sent per step, received by the decode's worker 0), "
+          "source:")
     for part, fig in result["figures"].items():
         print("  %-5s %7d / %.4f / %.3f GB  %s" % (part, fig["kernels"], fig["roofline_s"], fig["sent_bytes"] / 1e9,
                                                    fig["source"]))
@@ -193,7 +205,8 @@ def main():
     defaults = parser.parse_args([])
     changed = [k for k in ("variant", "text_len", "width", "height", "cfg", "tflops", "int8_tops", "tbps")
                if getattr(options, k) != getattr(defaults, k)]
-    stale = [p for p in PARTS if p not in parts and (changed or (p == "cards" and options.cards != RECORDED_CARDS))]
+    stale = [p for p in PARTS if p not in parts and (changed or (p in ("cards", "share")
+                                                                  and options.cards != RECORDED_CARDS))]
     if stale:
         parser.error("%s differ from the recorded counts: recount with --parts %s"
                      % (", ".join(changed) or "--cards", ",".join(stale)))

@@ -16,6 +16,9 @@ FIGURES = {
     # one card's step on 4 cards: 12 GB sent to 3 peers over 3 links of 2 GB/s = 2 s of HCCS
     "cards": {"kernels": 40, "roofline_s": 0.25, "sent_bytes": 12e9},
     "vae": {"kernels": 800, "roofline_s": 8.0, "sent_bytes": 0},
+    # worker 0 of the decode spread over 4 cards: its tiles and the blend; 3 GB of its peers' tiles
+    # arrive over 3 links of 2 GB/s = 0.5 s of HCCS
+    "share": {"kernels": 250, "roofline_s": 2.5, "sent_bytes": 3e9},
     "audio": {"kernels": 10, "roofline_s": 0.125, "sent_bytes": 0},
 }
 COMMON = dict(cards=4, steps=3, link_bytes_s=2e9, te_bytes=30e9, dit_bytes=20e9, h2d_bytes_s=10e9,
@@ -52,18 +55,18 @@ def test_loads_cross_both_ways_when_smart_memory_is_disabled_and_never_when_kept
     assert all(math.isclose(d - k, 15.0) for d, k in zip(disabled["total"], kept["total"]))
 
 
-def test_decode_stays_on_one_card_today_and_divides_when_spread():
+def test_decode_on_comfyuis_card_and_spread_is_worker_zeros_part_with_its_peers_tiles():
     acc = prompt.account(FIGURES, smart_memory_disabled=True, **COMMON)
-    assert rows(acc)["video VAE decode"] == [8.0, 8.0, 2.0]
+    assert rows(acc)["video VAE decode"] == [8.0, 8.0, 3.0]
     assert rows(acc)["text encoder forward"] == [0.5] * 3
     assert rows(acc)["audio VAE decode"] == [0.125] * 3
 
 
 def test_launch_is_kernels_on_the_prompts_path_times_the_assumed_cost():
     acc = prompt.account(FIGURES, smart_memory_disabled=True, **COMMON)
-    # te + steps x step + video + audio; on 4 cards the step's per-card kernels, the decode's / 4 when spread
-    assert acc["kernels"] == [100 + 3 * 30 + 800 + 10, 100 + 3 * 40 + 800 + 10, 100 + 3 * 40 + 200 + 10]
-    assert [round(s, 9) for s in acc["launch"]] == [1.0, 1.03, 0.43]
+    # te + steps x step + video + audio; on 4 cards the step's per-card kernels, worker 0's when spread
+    assert acc["kernels"] == [100 + 3 * 30 + 800 + 10, 100 + 3 * 40 + 800 + 10, 100 + 3 * 40 + 250 + 10]
+    assert [round(s, 9) for s in acc["launch"]] == [1.0, 1.03, 0.48]
     free = prompt.account(FIGURES, smart_memory_disabled=True, **dict(COMMON, launch_s=0.0))
     assert free["bound"] == acc["bound"] == free["total"]  # shown apart: the bound leaves launches out
 
