@@ -586,6 +586,18 @@ def tiles_over(size, tile, overlap, scale):
     return cover
 
 
+def compare_frames(images, reference, into):
+    """Shapes, bit-equality, max |diff| and cosine of two decodes into ``into``; both as float CPU tensors."""
+    into["shapes"] = [list(images.shape), list(reference.shape)]
+    images, reference = images.float().cpu(), reference.float().cpu()
+    into["equal"] = bool(images.shape == reference.shape and torch.equal(images, reference))
+    if images.shape == reference.shape:
+        into["max_abs"] = (images - reference).abs().max().item()
+        into["cosine"] = torch.nn.functional.cosine_similarity(images.flatten().double(),
+                                                                reference.flatten().double(), dim=0).item()
+    return images, reference
+
+
 def case_vae_decode(out):
     """raylight's RayVAEDecodeDistributed on the workers of the case before, against ComfyUI's
     VAEDecodeTiled on one card with the same tile settings (each of ``VAE_TILES``)."""
@@ -620,13 +632,8 @@ def case_vae_decode(out):
                 (reference,) = nodes.VAEDecodeTiled().decode(vae, {"samples": latent}, **tiles)
             seen["tiled_decode_seconds"] = round(time.monotonic() - started, 2)
             seen["reference_tiles"] = tiles_decoded()
-            seen["shapes"] = [list(images.shape), list(reference.shape)]
-            images, reference = images.float().cpu(), reference.float().cpu()
-            seen["equal"] = bool(images.shape == reference.shape and torch.equal(images, reference))
+            images, reference = compare_frames(images, reference, seen)
             if images.shape == reference.shape:
-                seen["max_abs"] = (images - reference).abs().max().item()
-                seen["cosine"] = torch.nn.functional.cosine_similarity(images.flatten().double(),
-                                                                        reference.flatten().double(), dim=0).item()
                 seen["max_ref"] = reference.abs().max().item()
                 differs = images != reference  # frames, y, x, channels
                 seen["differing_per_frame"] = differs.any(-1).sum((1, 2)).tolist()
@@ -723,13 +730,7 @@ def case_minimax_decode(out):
             (reference,) = nodes.VAEDecode().decode(vae, {"samples": latent})
         out["decode_seconds"] = round(time.monotonic() - started, 2)
         out["reference"] = minimax_tiles()
-        out["shapes"] = [list(images.shape), list(reference.shape)]
-        images, reference = images.float().cpu(), reference.float().cpu()
-        out["equal"] = bool(images.shape == reference.shape and torch.equal(images, reference))
-        if images.shape == reference.shape:
-            out["max_abs"] = (images - reference).abs().max().item()
-            out["cosine"] = torch.nn.functional.cosine_similarity(images.flatten().double(),
-                                                                   reference.flatten().double(), dim=0).item()
+        compare_frames(images, reference, out)
         del vae
         mm.unload_all_models()
     except BaseException:
