@@ -194,7 +194,7 @@ def test_the_patches_apply_in_comfyui_and_the_console_says_how_the_attention_run
         "raylight_xfuser": "applied", "raylight_ranks": "applied", "raylight_workers": "applied",
         "raylight_controlnet": "applied",
         "raylight_attention": "applied", "raylight_nodes": "applied", "raylight_cache_sync": "applied",
-        "yunchang_sync": "applied", "yunchang_ring": "applied"}
+        "raylight_compile": "applied", "yunchang_sync": "applied", "yunchang_ring": "applied"}
     said = [line for line in users["stderr"].splitlines() if line.startswith("ascend_shim: raylight's")]
     assert said == ["ascend_shim: raylight's XFuser_attention=TORCH_FLASH has no NPU kernel: each card's part of "
                     "the attention runs torch's scaled_dot_product_attention, which torch_npu serves with its fused "
