@@ -503,9 +503,10 @@ def tiny_lora(model, rank=2):
     return name, len(tensors) // 2
 
 
-def case_lora2(out):
-    """raylight's RayLoraLoader on 2 cards (Ulysses 2) against ComfyUI's LoraLoaderModelOnly on one
-    card, same LoRA and strength; the one-card latent without the LoRA too."""
+def case_lora2(out, fsdp=False):
+    """raylight's RayLoraLoader on 2 cards (Ulysses 2; ``fsdp``: each card holds half the weights, and
+    raylight applies the LoRA to its shards) against ComfyUI's LoraLoaderModelOnly on one card, same
+    LoRA and strength; the one-card latent without the LoRA too."""
     arch = ARCHS[0]
     (model,) = nodes.UNETLoader().load_unet(UNETS[arch], "default")
     lora_name, out["lora_layers"] = tiny_lora(model)
@@ -514,10 +515,17 @@ def case_lora2(out):
     (with_lora,) = nodes.LoraLoaderModelOnly().load_lora_model_only(model, lora_name, LORA_STRENGTH)
     (latent,) = nodes.KSamplerAdvanced().sample(model=with_lora, **SAMPLINGS[arch])
     torch.save(flat(latent["samples"]), os.path.join(OPTS.out_dir, "reference-lora-%s.pt" % arch))
+    if fsdp:  # raylight's FSDP path adds the LoRA beside the int8 weights, as ComfyUI's bypass loader does
+        from comfy_extras.nodes_lora_debug import LoraLoaderBypassModelOnly
+
+        (with_lora,) = LoraLoaderBypassModelOnly().load_lora_model_only(model, lora_name, LORA_STRENGTH)
+        (latent,) = nodes.KSamplerAdvanced().sample(model=with_lora, **SAMPLINGS[arch])
+        torch.save(flat(latent["samples"]), os.path.join(OPTS.out_dir, "reference-lora-bypass-%s.pt" % arch))
     del model, with_lora
     mm.unload_all_models()
     out["stage"] = "one card sampled"
-    (init,) = RAY["RayInitializer"]().spawn_actor(**dict(INIT, GPU=2, ulysses_degree=2, skip_comm_test=True))
+    (init,) = RAY["RayInitializer"]().spawn_actor(**dict(INIT, GPU=2, ulysses_degree=2, skip_comm_test=True,
+                                                          FSDP=fsdp))
     (lora,) = RAY["RayLoraLoader"]().load_lora(lora_name, LORA_STRENGTH)
     out["ray_lora"] = [[os.path.basename(entry["path"]), entry["strength_model"]] for entry in lora]
     (actors,) = RAY["RayUNETLoader"]().load_ray_unet(ray_actors_init=init, unet_name=UNETS[arch],
@@ -527,11 +535,15 @@ def case_lora2(out):
         start_counting(actor)
     out["stage"] = "loaded " + arch
     latent, actors = RAY["XFuserKSamplerAdvanced"]().ray_sample(ray_actors=actors, **SAMPLINGS[arch])
-    torch.save(flat(latent["samples"]), os.path.join(OPTS.out_dir, "lora2-%s.pt" % arch))
+    torch.save(flat(latent["samples"]), os.path.join(OPTS.out_dir, "%s-%s.pt" % (out["name"], arch)))
     out["stage"] = "sampled " + arch
     out["workers_" + arch] = [worker_view(actor) for actor in workers]
     kill(actors)
     out["stage"] = "killed"
+
+
+def case_lora2fsdp(out):
+    case_lora2(out, fsdp=True)
 
 
 def case_heads(out):

@@ -450,22 +450,31 @@ def test_the_distributed_vae_decode_is_comfyuis_tiled_decode_each_card_its_share
     assert default["differing_per_frame_two_or_fewer"][4] == 0, default  # the middle frame: ComfyUI's weight 1
 
 
-def test_a_lora_through_raylight_gives_the_latent_of_comfyuis_lora_loader_on_one_card(bed_python, tmp_path):
-    """RayLoraLoader -> RayUNETLoader(lora=...) -> XFuserKSamplerAdvanced on 2 cards (Ulysses 2): each worker
-    applies the LoRA to its own copy of the int8 MiniMax-H3 (ComfyUI's load_lora_for_models, raylight's
-    non-FSDP path) on its card. ComfyUI's LoraLoaderModelOnly on one card, same LoRA and strength, gives
-    the same latent within the Ulysses cases' bound; the LoRA moves the latent beyond that bound."""
-    report = run_cases(bed_python, tmp_path, USERS, 2, ["lora2"], arch="minimax", variant="int8")
-    case = report["cases"]["lora2"]
+@pytest.fixture(scope="module")
+def loras(bed_python, tmp_path_factory):
+    return run_in(tmp_path_factory, bed_python, "raylight-lora", USERS, 2, ["lora2", "lora2fsdp"],
+                  arch="minimax", variant="int8")
+
+
+@pytest.mark.parametrize("name,loader", [("lora2", "lora"), ("lora2fsdp", "lora-bypass")])
+def test_a_lora_through_raylight_gives_the_latent_of_comfyuis_lora_loader_on_one_card(loras, name, loader):
+    """RayLoraLoader -> RayUNETLoader(lora=...) -> XFuserKSamplerAdvanced on 2 cards (Ulysses 2), the users'
+    pair: each worker applies the LoRA to the int8 MiniMax-H3 on its card. Without FSDP that is ComfyUI's
+    load_lora_for_models (what LoraLoader calls: the LoRA merged into the weights, requantized); its
+    one-card counterpart is LoraLoaderModelOnly. With FSDP (``lora2fsdp``) raylight's
+    load_lora_for_models_quantized adds the LoRA beside the int8 shards (ComfyUI's bypass injection); its
+    counterpart is ComfyUI's LoraLoaderBypassModelOnly. Each gives its counterpart's latent within the
+    Ulysses cases' bound; the LoRA moves the latent beyond it."""
+    case, folder = loras["cases"][name], loras["folder"]
     assert case["result"] == "ok", case.get("error")
     assert case["lora_layers"] > 0 and case["ray_lora"] == [["tiny_lora_minimax.safetensors", 0.8]]
-    ray = torch.load(tmp_path / "lora2-minimax.pt")  # flat fp32 vectors of the latents
-    reference = torch.load(tmp_path / "reference-lora-minimax.pt")
+    ray = torch.load(folder / ("%s-minimax.pt" % name))  # flat fp32 vectors of the latents
+    reference = torch.load(folder / ("reference-%s-minimax.pt" % loader))
     cosine = torch.nn.functional.cosine_similarity(ray, reference, dim=0).item()
     max_abs, scale = (ray - reference).abs().max().item(), reference.abs().max().item()
-    moved = (reference - torch.load(tmp_path / "reference-minimax.pt")).abs().max().item()
-    print("lora2 minimax on 2 cards: cosine %.8f, max |diff| %.3g of max |ref| %.3g; the LoRA moves the "
-          "one-card latent by %.3g (the case: %.1f s)" % (cosine, max_abs, scale, moved, case["seconds"]))
+    moved = (reference - torch.load(folder / "reference-minimax.pt")).abs().max().item()
+    print("%s minimax on 2 cards: cosine %.8f, max |diff| %.3g of max |ref| %.3g; the LoRA moves the "
+          "one-card latent by %.3g (the case: %.1f s)" % (name, cosine, max_abs, scale, moved, case["seconds"]))
     assert cosine > 0.9999 and max_abs < 0.03 * scale, (cosine, max_abs, scale)
     assert moved > 0.03 * scale, (moved, scale)
     workers = case["workers_minimax"]
