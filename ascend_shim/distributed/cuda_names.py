@@ -143,3 +143,12 @@ def is_ours(value) -> bool:
         return object.__getattribute__(value, "_self_ascend_shim") is True
     except AttributeError:
         return False
+
+
+def use_proxy(changes, module, name="torch", proxy=torch_on_npu) -> None:
+    """Make ``module.<name>`` the shim's ``proxy`` of the value it holds, through ``changes`` (an
+    undo puts the module's own value back). Left as it is where the module has no such value
+    (None or missing) or already holds one of the shim's proxies (a patch applied twice)."""
+    value = getattr(module, name, None)
+    if value is not None and not is_ours(value):
+        changes.assign(module, name, proxy(value))

@@ -45,6 +45,7 @@ from ascend_shim.patches.raylight import controlnet as raylight_controlnet
 from ascend_shim.patches.raylight import nodes as raylight_nodes
 from ascend_shim.patches.raylight import ranks as raylight_ranks
 from ascend_shim.patches.raylight import ring as yunchang_ring
+from ascend_shim.patches.raylight import torch_compile as raylight_compile
 from ascend_shim.patches.raylight import vae_share as raylight_vae_share
 from ascend_shim.patches.raylight import workers as raylight_workers
 from ascend_shim.patches.raylight import xfuser as raylight_xfuser
@@ -97,6 +98,7 @@ PATCHES = [
     raylight_attention.PATCH,
     raylight_nodes.PATCH,
     raylight_cache_sync.PATCH,
+    raylight_compile.PATCH,
     yunchang_sync.PATCH,
     yunchang_ring.PATCH,
     prompt_stages.PATCH,

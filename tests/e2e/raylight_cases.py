@@ -134,6 +134,7 @@ MODELS = os.path.join(OPTS.out_dir, "models")
 os.makedirs(MODELS, exist_ok=True)
 folder_paths.add_model_folder_path("diffusion_models", MODELS)
 folder_paths.add_model_folder_path("vae", MODELS)
+folder_paths.add_model_folder_path("loras", MODELS)
 
 loaded = asyncio.run(nodes.load_custom_node(os.path.realpath(OPTS.raylight_dir)))
 report["raylight_loaded"] = loaded
@@ -142,7 +143,7 @@ if not loaded:
     sys.exit(0)
 RAY = {name: nodes.NODE_CLASS_MAPPINGS[name] for name in
        ("RayInitializer", "RayInitializerAdvanced", "RayUNETLoader", "XFuserKSamplerAdvanced", "RayKill",
-        "RayVAEDecodeDistributed", "DPKSamplerAdvanced", "DPNoiseList")}
+        "RayVAEDecodeDistributed", "DPKSamplerAdvanced", "DPNoiseList", "RayLoraLoader")}
 
 
 def shim_rows(prefix=("raylight", "yunchang")):
@@ -486,6 +487,68 @@ def case_fsdp_bf16(out, cards):
         actors = sample_on(init, arch, cards, out, out["name"], unet=unets[arch])
     kill(actors)
     out["stage"] = "killed"
+
+
+LORA_STRENGTH = 0.8
+
+
+def tiny_lora(model, rank=2):
+    """A seeded LoRA (ComfyUI's generic ``<key>.lora_up/lora_down`` form) for every 2-D weight of the
+    diffusion model's attention, its file name."""
+    generator = torch.Generator().manual_seed(11)
+    tensors = {}
+    for key, weight in model.model.diffusion_model.state_dict().items():
+        if key.endswith(".weight") and weight.dim() == 2 and "attn" in key:
+            out_features, in_features = weight.shape
+            stem = "diffusion_model." + key[:-len(".weight")]
+            tensors[stem + ".lora_up.weight"] = torch.randn(out_features, rank, generator=generator) * 0.1
+            tensors[stem + ".lora_down.weight"] = torch.randn(rank, in_features, generator=generator) * 0.1
+    name = "tiny_lora_%s.safetensors" % ARCHS[0]
+    safetensors.torch.save_file(tensors, os.path.join(MODELS, name))
+    return name, len(tensors) // 2
+
+
+def case_lora2(out, fsdp=False):
+    """raylight's RayLoraLoader on 2 cards (Ulysses 2; ``fsdp``: each card holds half the weights, and
+    raylight applies the LoRA to its shards) against ComfyUI's LoraLoaderModelOnly on one card, same
+    LoRA and strength; the one-card latent without the LoRA too."""
+    arch = ARCHS[0]
+    (model,) = nodes.UNETLoader().load_unet(UNETS[arch], "default")
+    lora_name, out["lora_layers"] = tiny_lora(model)
+    (plain,) = nodes.KSamplerAdvanced().sample(model=model, **SAMPLINGS[arch])
+    torch.save(flat(plain["samples"]), os.path.join(OPTS.out_dir, "reference-%s.pt" % arch))
+    (with_lora,) = nodes.LoraLoaderModelOnly().load_lora_model_only(model, lora_name, LORA_STRENGTH)
+    (latent,) = nodes.KSamplerAdvanced().sample(model=with_lora, **SAMPLINGS[arch])
+    torch.save(flat(latent["samples"]), os.path.join(OPTS.out_dir, "reference-lora-%s.pt" % arch))
+    if fsdp:  # raylight's FSDP path adds the LoRA beside the int8 weights, as ComfyUI's bypass loader does
+        from comfy_extras.nodes_lora_debug import LoraLoaderBypassModelOnly
+
+        (with_lora,) = LoraLoaderBypassModelOnly().load_lora_model_only(model, lora_name, LORA_STRENGTH)
+        (latent,) = nodes.KSamplerAdvanced().sample(model=with_lora, **SAMPLINGS[arch])
+        torch.save(flat(latent["samples"]), os.path.join(OPTS.out_dir, "reference-lora-bypass-%s.pt" % arch))
+    del model, with_lora
+    mm.unload_all_models()
+    out["stage"] = "one card sampled"
+    (init,) = RAY["RayInitializer"]().spawn_actor(**dict(INIT, GPU=2, ulysses_degree=2, skip_comm_test=True,
+                                                          FSDP=fsdp))
+    (lora,) = RAY["RayLoraLoader"]().load_lora(lora_name, LORA_STRENGTH)
+    out["ray_lora"] = [[os.path.basename(entry["path"]), entry["strength_model"]] for entry in lora]
+    (actors,) = RAY["RayUNETLoader"]().load_ray_unet(ray_actors_init=init, unet_name=UNETS[arch],
+                                                     weight_dtype="default", lora=lora)
+    workers = actors["workers"]
+    for actor in workers:
+        start_counting(actor)
+    out["stage"] = "loaded " + arch
+    latent, actors = RAY["XFuserKSamplerAdvanced"]().ray_sample(ray_actors=actors, **SAMPLINGS[arch])
+    torch.save(flat(latent["samples"]), os.path.join(OPTS.out_dir, "%s-%s.pt" % (out["name"], arch)))
+    out["stage"] = "sampled " + arch
+    out["workers_" + arch] = [worker_view(actor) for actor in workers]
+    kill(actors)
+    out["stage"] = "killed"
+
+
+def case_lora2fsdp(out):
+    case_lora2(out, fsdp=True)
 
 
 def case_heads(out):

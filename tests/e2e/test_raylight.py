@@ -194,7 +194,7 @@ def test_the_patches_apply_in_comfyui_and_the_console_says_how_the_attention_run
         "raylight_xfuser": "applied", "raylight_ranks": "applied", "raylight_workers": "applied",
         "raylight_controlnet": "applied", "raylight_vae_share": "applied",
         "raylight_attention": "applied", "raylight_nodes": "applied", "raylight_cache_sync": "applied",
-        "yunchang_sync": "applied", "yunchang_ring": "applied"}
+        "raylight_compile": "applied", "yunchang_sync": "applied", "yunchang_ring": "applied"}
     said = [line for line in users["stderr"].splitlines() if line.startswith("ascend_shim: raylight's")]
     assert said == ["ascend_shim: raylight's XFuser_attention=TORCH_FLASH has no NPU kernel: each card's part of "
                     "the attention runs torch's scaled_dot_product_attention, which torch_npu serves with its fused "
@@ -485,3 +485,37 @@ def test_minimax_h3s_video_decode_spreads_over_the_cards_with_the_frames_of_one_
                                          "recv": {"calls": 4, "sent": 0, "received": tile_bytes}}, workers[0]
     assert workers[1]["collectives"] == {"all_reduce": {"calls": 1, "sent": 12, "received": 12},
                                          "send": {"calls": 4, "sent": tile_bytes, "received": 0}}, workers[1]
+
+
+@pytest.fixture(scope="module")
+def loras(bed_python, tmp_path_factory):
+    return run_in(tmp_path_factory, bed_python, "raylight-lora", USERS, 2, ["lora2", "lora2fsdp"],
+                  arch="minimax", variant="int8")
+
+
+@pytest.mark.parametrize("name,loader", [("lora2", "lora"), ("lora2fsdp", "lora-bypass")])
+def test_a_lora_through_raylight_gives_the_latent_of_comfyuis_lora_loader_on_one_card(loras, name, loader):
+    """RayLoraLoader -> RayUNETLoader(lora=...) -> XFuserKSamplerAdvanced on 2 cards (Ulysses 2), the users'
+    pair: each worker applies the LoRA to the int8 MiniMax-H3 on its card. Without FSDP that is ComfyUI's
+    load_lora_for_models (what LoraLoader calls: the LoRA merged into the weights, requantized); its
+    one-card counterpart is LoraLoaderModelOnly. With FSDP (``lora2fsdp``) raylight's
+    load_lora_for_models_quantized adds the LoRA beside the int8 shards (ComfyUI's bypass injection); its
+    counterpart is ComfyUI's LoraLoaderBypassModelOnly. Each gives its counterpart's latent within the
+    Ulysses cases' bound; the LoRA moves the latent beyond it."""
+    case, folder = loras["cases"][name], loras["folder"]
+    assert case["result"] == "ok", case.get("error")
+    assert case["lora_layers"] > 0 and case["ray_lora"] == [["tiny_lora_minimax.safetensors", 0.8]]
+    ray = torch.load(folder / ("%s-minimax.pt" % name))  # flat fp32 vectors of the latents
+    reference = torch.load(folder / ("reference-%s-minimax.pt" % loader))
+    cosine = torch.nn.functional.cosine_similarity(ray, reference, dim=0).item()
+    max_abs, scale = (ray - reference).abs().max().item(), reference.abs().max().item()
+    moved = (reference - torch.load(folder / "reference-minimax.pt")).abs().max().item()
+    print("%s minimax on 2 cards: cosine %.8f, max |diff| %.3g of max |ref| %.3g; the LoRA moves the "
+          "one-card latent by %.3g (the case: %.1f s)" % (name, cosine, max_abs, scale, moved, case["seconds"]))
+    assert cosine > 0.9999 and max_abs < 0.03 * scale, (cosine, max_abs, scale)
+    assert moved > 0.03 * scale, (moved, scale)
+    workers = case["workers_minimax"]
+    assert len(workers) == 2 and len({card for worker in workers for card in worker["physical"]}) == 2, workers
+    for worker in workers:
+        assert "error" not in worker and worker["cpu_fallbacks"] == {}, worker
+        assert worker["ops_on_cards"] == worker["physical"] and worker["quant_matmul"] > 0, worker

@@ -10,7 +10,7 @@ device remap also takes an NPU index the worker cannot see (a ControlNet applied
 process on card N arrives as ``npu:N``) to the worker's card, as raylight does for CUDA.
 """
 
-from ascend_shim.distributed.cuda_names import is_ours, torch_on_npu
+from ascend_shim.distributed.cuda_names import use_proxy
 from ascend_shim.engine import versions
 from ascend_shim.engine.patching import Patch
 from ascend_shim.patches.shared.guards import process_on_npu_and_attribute
@@ -33,9 +33,7 @@ def _npu_too(module, wrapped, instance, args, kwargs):
 
 
 def apply(changes, module):
-    value = getattr(module, "torch", None)
-    if value is not None and not is_ours(value):
-        changes.assign(module, "torch", torch_on_npu(value))
+    use_proxy(changes, module, "torch")
     if callable(getattr(module, REMAP, None)):
         wrap_function(changes, module, REMAP, _npu_too)
 

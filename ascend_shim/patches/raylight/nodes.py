@@ -16,7 +16,7 @@ raylight itself refuses degrees whose product does not fit the cards.
 
 import os
 
-from ascend_shim.distributed.cuda_names import is_ours, torch_on_npu
+from ascend_shim.distributed.cuda_names import use_proxy
 from ascend_shim.engine import versions
 from ascend_shim.engine.patching import Patch, argument
 from ascend_shim.patches.shared.guards import process_on_npu_and_attribute
@@ -82,8 +82,7 @@ def _spawn_actor(module, wrapped, instance, args, kwargs):
 
 
 def apply(changes, module):
-    if not is_ours(module.torch):
-        changes.assign(module, "torch", torch_on_npu(module.torch))
+    use_proxy(changes, module, "torch")
     wrap_function(changes, module, "spawn_actor", _spawn_actor, owner=module.RayInitializer)
 
 

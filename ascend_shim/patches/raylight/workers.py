@@ -11,7 +11,7 @@ Nothing outside raylight's worker module sees them. Applied in the ComfyUI proce
 starts the actors) and in every worker, where this process computes on the NPU.
 """
 
-from ascend_shim.distributed.cuda_names import is_ours, torch_on_npu
+from ascend_shim.distributed.cuda_names import torch_on_npu, use_proxy
 from ascend_shim.distributed.process_groups import dist_on_npu
 from ascend_shim.distributed.ray_actors import ray_on_npu
 from ascend_shim.engine.patching import Patch
@@ -23,9 +23,7 @@ _PROXIES = (("torch", torch_on_npu), ("dist", dist_on_npu), ("ray", ray_on_npu))
 
 def apply(changes, module):
     for name, proxy in _PROXIES:
-        value = getattr(module, name, None)
-        if value is not None and not is_ours(value):
-            changes.assign(module, name, proxy(value))
+        use_proxy(changes, module, name, proxy)
 
 
 PATCH = Patch(

@@ -6,15 +6,14 @@ for nothing). That module's ``torch`` is ``distributed.cuda_names.torch_on_npu``
 waits for the NPU; nothing else in yunchang or torch changes.
 """
 
-from ascend_shim.distributed.cuda_names import is_ours, torch_on_npu
+from ascend_shim.distributed.cuda_names import use_proxy
 from ascend_shim.engine import versions
 from ascend_shim.engine.patching import Patch
 from ascend_shim.patches.shared.guards import process_on_npu_and_attribute
 
 
 def apply(changes, module):
-    if not is_ours(module.torch):
-        changes.assign(module, "torch", torch_on_npu(module.torch))
+    use_proxy(changes, module, "torch")
 
 
 PATCH = Patch(
