@@ -1,7 +1,8 @@
 """One video on several simulated NPUs through raylight's own nodes, in a ComfyUI process.
 
     python raylight_cases.py <comfyui-dir> <raylight-dir> <out-dir> --cards 4
-                             [--arch minimax,wan] [--variant int8] [--steps 2] [--heads 4]
+                             [--arch minimax,wan] [--parallel-arch minimax] [--variant int8]
+                             [--steps 2] [--heads 4]
                              [--cases reference,ray2,ray4,...]
 
 This process is ComfyUI's: it starts ComfyUI's model code as main.py does, loads raylight
@@ -44,6 +45,8 @@ and runs the cases asked for, in order, each architecture of ``--arch`` in turn:
               each card runs the forward of one half of the CFG batch, the halves meet over HCCL's
               all-gather; the latent saved as ``cfg2-wancfg.pt`` (``reference`` then also samples
               that workflow on one card: ``reference-wancfg.pt``)
+  cfgCxU      the same on C x U workers of ``cfg_degree`` C and Ulysses degree U: each half of the CFG
+              batch split over U cards by Ulysses, saved as ``cfgCxU-wancfg.pt``
   dp2         data parallel: DPKSamplerAdvanced on 2 workers (Ulysses, ring and CFG degree 0), one Wan 2.1
               video per card, seeds 42 and 43 (DPNoiseList), saved as ``dp2-wanseed<seed>.pt``
               (``reference`` then also samples seed 43 on one card: ``reference-wanseed43.pt``)
@@ -85,6 +88,8 @@ parser.add_argument("raylight_dir")
 parser.add_argument("out_dir")
 parser.add_argument("--cards", type=int, default=4, help="cards on the bed (the Ray cluster's NPUs)")
 parser.add_argument("--arch", default="minimax", help="comma-separated: minimax, wan")
+parser.add_argument("--parallel-arch", default=None,
+                    help="the architectures of --arch the rayN, ringR and fsdpN cases sample (default: all)")
 parser.add_argument("--variant", default="int8")
 parser.add_argument("--steps", type=int, default=2)
 parser.add_argument("--heads", type=int, default=4)
@@ -156,6 +161,7 @@ report["driver_patches"] = shim_rows()
 # --------------------------------------------------------------------------- the workflow's inputs
 
 ARCHS = OPTS.arch.split(",")
+PARALLEL_ARCHS = OPTS.parallel_arch.split(",") if OPTS.parallel_arch else ARCHS
 UNETS, SAMPLINGS = {}, {}
 for arch in ARCHS:
     spec = models.SPECS[arch](seed=0, heads=OPTS.heads)
@@ -364,7 +370,7 @@ def case_reference(out):
     runs = [(arch, UNETS[arch]) for arch in ARCHS]
     if "ring2x2" in CASES and "minimax" in ARCHS:
         runs.append(("minimax6", six_heads()))
-    if "cfg2" in CASES and "wan" in ARCHS:
+    if any(re.fullmatch(r"cfg\d+(x\d+)?", name) for name in CASES) and "wan" in ARCHS:
         runs.append(("wancfg", UNETS["wancfg"]))
     if "dp2" in CASES and "wan" in ARCHS:
         runs.append(("wanseed%d" % DP_SEEDS[1], UNETS["wan"]))
@@ -403,9 +409,9 @@ def case_ray(out, cards, select=None, ring=1, prefix="ray", fsdp=None):
         (init,) = RAY["RayInitializer"]().spawn_actor(**degrees)
     out["comm_test"] = comm_test()
     out["stage"] = "initialized"
-    for arch in ARCHS:
+    for arch in PARALLEL_ARCHS:
         actors = sample_on(init, arch, cards, out, prefix)
-    if out["name"] == "ring2x2" and "minimax" in ARCHS:
+    if out["name"] == "ring2x2" and "minimax" in PARALLEL_ARCHS:
         actors = sample_on(init, "minimax", cards, out, prefix, unet=six_heads(), saved="minimax6")
     hand_on(out, init, actors)
 
@@ -465,7 +471,7 @@ def case_fsdp_bf16(out, cards):
     the others get its weights by ``set_model_state_dict(..., broadcast_from_rank0=True)`` over
     HCCL. The same checkpoint sampled by ComfyUI on one card first (``reference-bf16-<arch>.pt``)."""
     unets = {}
-    for arch in ARCHS:
+    for arch in PARALLEL_ARCHS:
         spec = models.SPECS[arch](seed=0, heads=OPTS.heads)
         unets[arch] = "tiny_%s_bf16_%dheads.safetensors" % (arch, OPTS.heads)
         path = os.path.join(MODELS, unets[arch])
@@ -483,7 +489,7 @@ def case_fsdp_bf16(out, cards):
         (init,) = RAY["RayInitializer"]().spawn_actor(**dict(INIT, GPU=cards, ulysses_degree=cards, FSDP=True,
                                                                skip_comm_test=True))
     out["stage"] = "initialized"
-    for arch in ARCHS:
+    for arch in PARALLEL_ARCHS:
         actors = sample_on(init, arch, cards, out, out["name"], unet=unets[arch])
     kill(actors)
     out["stage"] = "killed"
@@ -561,12 +567,13 @@ def case_heads(out):
         kill(actors)
 
 
-def case_cfg2(out):
-    """raylight's CFG parallel: positive and negative of one Wan 2.1 workflow on a card each."""
-    (init,) = RAY["RayInitializer"]().spawn_actor(**dict(INIT, GPU=2, ulysses_degree=1, ring_degree=1, cfg_degree=2,
-                                                         skip_comm_test=True))
+def case_cfg(out, cfg, ulysses):
+    """raylight's CFG parallel: positive and negative of one Wan 2.1 workflow on cfg_degree groups of
+    cards, each half split over its group's ``ulysses`` cards by Ulysses."""
+    (init,) = RAY["RayInitializer"]().spawn_actor(**dict(INIT, GPU=cfg * ulysses, ulysses_degree=ulysses,
+                                                         ring_degree=1, cfg_degree=cfg, skip_comm_test=True))
     out["stage"] = "initialized"
-    actors = sample_on(init, "wan", 2, out, prefix="cfg2", saved="wancfg")
+    actors = sample_on(init, "wan", cfg * ulysses, out, prefix=out["name"], saved="wancfg")
     hand_on(out, init, actors)
 
 
@@ -860,6 +867,9 @@ for name in CASES:
         elif re.fullmatch(r"fsdp\d+(cpu)?(-short)?", name):
             count, offload, short = re.fullmatch(r"fsdp(\d+)(cpu)?(-short)?", name).groups()
             case_ray(entry, int(count), prefix=name, fsdp="short" if short else "cpu" if offload else "npu")
+        elif re.fullmatch(r"cfg\d+(x\d+)?", name):
+            cfg, _, ulysses = name[3:].partition("x")
+            case_cfg(entry, int(cfg), int(ulysses or 1))
         elif re.fullmatch(r"ring\d+(x\d+)?", name):
             ring, _, ulysses = name[4:].partition("x")
             case_ray(entry, int(ring) * int(ulysses or 1), ring=int(ring), prefix=name)

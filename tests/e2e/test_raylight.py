@@ -10,9 +10,10 @@ run: the users' ComfyUI v0.30.0 with raylight 1.7.2 on a 4-card box (MiniMax-H3 
 int8, each on 2 and on 4 cards, one model after the other on the same workers; ring attention, ring 2
 on 2 cards and ring 2 x Ulysses 2 on 4, which also runs a 6-head model Ulysses 4 cannot split; FSDP and
 FSDP_CPU_OFFLOAD on 2 cards, the weights each card holds asked of its worker; CFG parallel, cfg_degree 2,
-on 2; data parallel, a video per card, on 2; RayVAEDecodeDistributed on the 2-card run's workers, of the
-Wan VAE and of MiniMax-H3's, which tiles itself; the bad inputs), and
-the newest, v0.33.0 with raylight 1.9.0 (MiniMax-H3 on 2 cards: Ulysses 2, and ring 2).
+on 2, and cfg_degree 2 x Ulysses 2 on 4; data parallel, a video per card, on 2; RayVAEDecodeDistributed on
+the 2-card run's workers, of the Wan VAE and of MiniMax-H3's, which tiles itself; the bad inputs), and
+the newest, v0.33.0 with raylight 1.9.0 on a 2-card box (MiniMax-H3: Ulysses 2, ring 2 and FSDP; Wan 2.1:
+cfg_degree 2 and data parallel).
 """
 
 import json
@@ -55,7 +56,7 @@ def run_cases(bed_python, folder, pair, cards, cases, **options):
     args = [str(bed_python), str(CASES), str(harness.comfyui_dir(comfy)), str(harness.raylight_dir(raylight)),
             str(folder), "--cards", str(cards), "--cases", ",".join(cases)]
     for key, value in options.items():
-        args += ["--" + key, str(value)]
+        args += ["--" + key.replace("_", "-"), str(value)]
     try:
         proc = harness.run(args, env, folder, timeout=900)
     finally:
@@ -82,15 +83,18 @@ def users(bed_python, tmp_path_factory):
     the bad inputs."""
     return run_in(tmp_path_factory, bed_python, "raylight-users", USERS, 4,
                   ["reference", "ray4", "heads", "ring2x2", "ring2", "fsdp2", "fsdp2-bf16", "fsdp2cpu",
-                   "fsdp2cpu-short", "ring_misfit", "too_many", "gpu_cluster", "cfg2", "dp2", "ray2@1+3",
+                   "fsdp2cpu-short", "ring_misfit", "too_many", "gpu_cluster", "cfg2", "cfg2x2", "dp2", "ray2@1+3",
                    "vae_decode", "minimax_decode", "dead_worker"],
                   arch="minimax,wan", variant="int8")
 
 
 @pytest.fixture(scope="module")
 def newest(bed_python, tmp_path_factory):
-    return run_in(tmp_path_factory, bed_python, "raylight-newest", NEWEST, 2, ["reference", "ray2", "ring2"],
-                  arch="minimax", variant="int8")
+    """The newest pair on a 2-card box: MiniMax-H3 int8 by Ulysses, ring attention and FSDP; Wan 2.1
+    int8 by cfg_degree 2 and data parallel (the Wan workflows of the users' run)."""
+    return run_in(tmp_path_factory, bed_python, "raylight-newest", NEWEST, 2,
+                  ["reference", "ray2", "ring2", "fsdp2", "cfg2", "dp2"],
+                  arch="minimax,wan", parallel_arch="minimax", variant="int8")
 
 
 def compare(report, cards, arch, mode=None):
@@ -239,11 +243,12 @@ def test_ring_two_and_ring_two_by_ulysses_two_give_the_same_bits(users, arch):
     assert torch.equal(torch.load(folder / ("ring2-%s.pt" % arch)), torch.load(folder / ("ring2x2-%s.pt" % arch)))
 
 
-FSDPS = [(mode, arch) for mode in ("fsdp2", "fsdp2cpu", "fsdp2cpu-short") for arch in ("minimax", "wan")]
+FSDPS = [("users", mode, arch) for mode in ("fsdp2", "fsdp2cpu", "fsdp2cpu-short") for arch in ("minimax", "wan")] \
+    + [("newest", "fsdp2", "minimax")]
 
 
-@pytest.mark.parametrize("mode, arch", FSDPS)
-def test_fsdp_gives_the_latent_of_one_card_each_card_holding_half_of_the_int8_weights(users, mode, arch):
+@pytest.mark.parametrize("run, mode, arch", FSDPS)
+def test_fsdp_gives_the_latent_of_one_card_each_card_holding_half_of_the_int8_weights(request, run, mode, arch):
     """raylight's FSDP (Ulysses 2 x FSDP over the same 2 cards): fully_shard per block, int8 weights
     sharded as comfy-kitchen QuantizedTensors inside DTensors, gathered over HCCL before each
     block. ``fsdp2cpu``: FSDP_CPU_OFFLOAD, on a card with room for the shard: raylight loads the
@@ -251,18 +256,19 @@ def test_fsdp_gives_the_latent_of_one_card_each_card_holding_half_of_the_int8_we
     on any device; ``fsdp2cpu-short``: the same where ComfyUI has no room on the card
     (--reserve-vram beyond it): the shards stay on the CPU between steps. The weights are asked of
     each worker after sampling, per device; the Ulysses run on 2 cards (``ray2``) holds all of them
-    on each card."""
-    case = users["cases"][mode]
+    on each card. ``newest``: raylight 1.9.0 on v0.33.0, MiniMax-H3."""
+    report = request.getfixturevalue(run)
+    case = report["cases"][mode]
     assert case["result"] == "ok", case.get("error")
-    cosine, max_abs, scale = compare(users, 2, arch, mode)
-    print("%s %s on 2 cards: cosine %.8f, max |diff| %.3g of max |ref| %.3g (the case: %.1f s)"
-          % (mode, arch, cosine, max_abs, scale, case["seconds"]))
+    cosine, max_abs, scale = compare(report, 2, arch, mode)
+    print("%s %s %s on 2 cards: cosine %.8f, max |diff| %.3g of max |ref| %.3g (the case: %.1f s)"
+          % (run, mode, arch, cosine, max_abs, scale, case["seconds"]))
     assert cosine > 0.9999 and max_abs < 0.03 * scale, (cosine, max_abs, scale)
-    folder = users["folder"]
+    folder = report["folder"]
     ulysses = torch.load(folder / ("ray2-%s.pt" % arch))
     assert torch.equal(torch.load(folder / ("%s-%s.pt" % (mode, arch))), ulysses)  # sharding the weights changes no bit
-    (full,) = {worker["weights"]["npu"] for worker in ray_case(users, 2)["workers_" + arch]}
-    (full_int8,) = {worker["int8_weight_bytes"] for worker in ray_case(users, 2)["workers_" + arch]}
+    (full,) = {worker["weights"]["npu"] for worker in ray_case(report, 2)["workers_" + arch]}
+    (full_int8,) = {worker["int8_weight_bytes"] for worker in ray_case(report, 2)["workers_" + arch]}
     workers = case["workers_" + arch]
     assert len(workers) == 2 and len({card for worker in workers for card in worker["physical"]}) == 2, workers
     held = {}
@@ -358,24 +364,36 @@ def test_without_the_shim_raylight_finds_no_device(bed_python, tmp_path):
     assert report["cases"]["ray2"]["result"] == "ValueError: Too many gpus: requested 2 but only 0 selected/visible"
 
 
-def test_cfg_parallel_gives_the_latent_of_one_card(users):
-    """cfg_degree 2: a Wan 2.1 workflow with a negative prompt and cfg 5; each card runs the forward of
-    one half of ComfyUI's CFG batch (positive or negative), the halves meet over HCCL's all-gather.
-    One card batches both halves in one forward: close, not bit-equal (the bound is the Ulysses cases')."""
-    case = users["cases"]["cfg2"]
+def check_cfg_case(report, mode, cards):
+    """A CFG case's latent against one card's, the same workflow (Wan 2.1, a negative prompt, cfg 5);
+    its workers, each on a card of its own."""
+    case = report["cases"][mode]
     assert case["result"] == "ok", case.get("error")
-    folder = users["folder"]
+    folder = report["folder"]
     assert not torch.equal(torch.load(folder / "reference-wancfg.pt"), torch.load(folder / "reference-wan.pt"))
-    cosine, max_abs, scale = compare(users, 2, "wancfg", "cfg2")
-    print("cfg2 wan on 2 cards: cosine %.8f, max |diff| %.3g of max |ref| %.3g (the case: %.1f s)"
-          % (cosine, max_abs, scale, case["seconds"]))
+    cosine, max_abs, scale = compare(report, cards, "wancfg", mode)
+    print("%s wan on %d cards: cosine %.8f, max |diff| %.3g of max |ref| %.3g (the case: %.1f s)"
+          % (mode, cards, cosine, max_abs, scale, case["seconds"]))
     assert cosine > 0.9999 and max_abs < 0.03 * scale, (cosine, max_abs, scale)
     workers = case["workers_wancfg"]
-    assert len(workers) == 2 and len({card for worker in workers for card in worker["physical"]}) == 2, workers
-    elements = users["cases"]["reference"]["latent_elements_wancfg"]
+    assert len(workers) == cards and len({card for worker in workers for card in worker["physical"]}) == cards, \
+        workers
     for worker in workers:
         assert "error" not in worker and worker["cpu_fallbacks"] == {}, worker
         assert worker["ops_on_cards"] == worker["physical"] and worker["quant_matmul"] > 0, worker
+    return workers
+
+
+@pytest.mark.parametrize("run", ["users", "newest"])
+def test_cfg_parallel_gives_the_latent_of_one_card(request, run):
+    """cfg_degree 2: a Wan 2.1 workflow with a negative prompt and cfg 5; each card runs the forward of
+    one half of ComfyUI's CFG batch (positive or negative), the halves meet over HCCL's all-gather.
+    One card batches both halves in one forward: close, not bit-equal (the bound is the Ulysses cases').
+    ``newest``: raylight 1.9.0 on v0.33.0."""
+    report = request.getfixturevalue(run)
+    workers = check_cfg_case(report, "cfg2", 2)
+    elements = report["cases"]["reference"]["latent_elements_wancfg"]
+    for worker in workers:
         collectives = worker["collectives"]
         assert set(collectives) == {"all_gather_into_tensor"}, collectives  # no sequence split: CFG only
         gathered = collectives["all_gather_into_tensor"]
@@ -386,24 +404,46 @@ def test_cfg_parallel_gives_the_latent_of_one_card(users):
         assert gathered["sent"] // gathered["calls"] in (2 * elements, 4 * elements), (gathered, elements)
 
 
-def test_data_parallel_gives_each_card_the_video_of_one_card(users):
+def test_cfg_two_by_ulysses_two_gives_the_latent_of_one_card(users):
+    """cfg_degree 2 x Ulysses 2 on 4 cards: each half of the CFG batch on a pair of cards, split over the
+    pair by Ulysses (all-to-all of q, k, v and the attention output, an all-gather of the sequence at
+    the end of each forward), the halves then meet over HCCL's all-gather. Per card, the Ulysses
+    exchanges are those of the 2-card Ulysses run of the same model (``ray2``: a batch of one per card),
+    and the all-gathers those of ``ray2`` and of ``cfg2`` together, to the byte."""
+    workers = check_cfg_case(users, "cfg2x2", 4)
+    (ulysses,) = {json.dumps(worker["collectives"], sort_keys=True) for worker in ray_case(users, 2)["workers_wan"]}
+    (cfg,) = {json.dumps(worker["collectives"], sort_keys=True) for worker in users["cases"]["cfg2"]["workers_wancfg"]}
+    ulysses, cfg = json.loads(ulysses), json.loads(cfg)
+    for worker in workers:
+        collectives = worker["collectives"]
+        assert set(collectives) == {"all_to_all_single", "all_gather_into_tensor"}, collectives
+        assert collectives["all_to_all_single"] == ulysses["all_to_all_single"], (collectives, ulysses)
+        gathered = collectives["all_gather_into_tensor"]
+        assert gathered == {key: ulysses["all_gather_into_tensor"][key] + cfg["all_gather_into_tensor"][key]
+                            for key in gathered}, (gathered, ulysses, cfg)
+
+
+@pytest.mark.parametrize("run", ["users", "newest"])
+def test_data_parallel_gives_each_card_the_video_of_one_card(request, run):
     """DPKSamplerAdvanced on 2 workers (no Ulysses, ring or CFG degree): each card samples a whole
-    Wan 2.1 video with its own seed (DPNoiseList: 42 and 43), as ComfyUI's KSampler does on one card."""
-    case = users["cases"]["dp2"]
+    Wan 2.1 video with its own seed (DPNoiseList: 42 and 43), as ComfyUI's KSampler does on one card.
+    ``newest``: raylight 1.9.0 on v0.33.0."""
+    report = request.getfixturevalue(run)
+    case = report["cases"]["dp2"]
     assert case["result"] == "ok", case.get("error")
     assert case["videos"] == 2, case
-    folder = users["folder"]
+    folder = report["folder"]
     videos = []
     for seed, reference in ((42, "reference-wan.pt"), (43, "reference-wanseed43.pt")):
         video, one = torch.load(folder / ("dp2-wanseed%d.pt" % seed)), torch.load(folder / reference)
-        print("dp2 seed %d: bit-identical to one card: %s, max |diff| %.3g (the case: %.1f s)"
-              % (seed, torch.equal(video, one), (video - one).abs().max().item(), case["seconds"]))
+        print("%s dp2 seed %d: bit-identical to one card: %s, max |diff| %.3g (the case: %.1f s)"
+              % (run, seed, torch.equal(video, one), (video - one).abs().max().item(), case["seconds"]))
         assert torch.equal(video, one), seed
         videos.append(video)
     assert not torch.equal(*videos)  # two videos, not one twice
     workers = case["workers_wan"]
     assert len(workers) == 2 and len({card for worker in workers for card in worker["physical"]}) == 2, workers
-    one_video = users["cases"]["reference"]["quant_matmul_wan"]
+    one_video = report["cases"]["reference"]["quant_matmul_wan"]
     for worker in workers:
         assert "error" not in worker and worker["cpu_fallbacks"] == {}, worker
         assert worker["ops_on_cards"] == worker["physical"], worker
