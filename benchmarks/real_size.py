@@ -206,6 +206,45 @@ def hccs_seconds(sent_bytes, cards, link_bandwidth):
     return sent_bytes / ((cards - 1) * link_bandwidth) if cards > 1 else 0.0
 
 
+def usp_traffic(d, ulysses, ring):
+    """One card's bytes per sampling step under raylight's Ulysses ``ulysses`` x ring ``ring`` split
+    (``ulysses * ring`` cards), from the model's sizes ``d`` (``step.Dims``), bf16 activations:
+    (all-to-all bytes sent, ring P2P bytes sent).
+
+    Per attention, per forward: Ulysses' four all-to-alls (q, k, v in, the output back) each send
+    (U-1)/U of this card's slab, S/N tokens of all heads; ring attention then passes this card's key
+    and value blocks (S/R tokens of H/U heads) to the next card R-1 times."""
+    cards = ulysses * ring
+    calls = d.blocks * d.forwards
+    slab = d.tokens / cards * d.inner * step.BF16
+    all_to_all = 4 * slab * (ulysses - 1) / ulysses * calls
+    block = d.tokens / ring * d.heads / ulysses * d.head_dim * step.BF16
+    return all_to_all, 2 * (ring - 1) * block * calls
+
+
+def usp_seconds(all_to_all, p2p, ulysses, link_bandwidth):
+    """HCCS seconds of ``usp_traffic``'s bytes, nothing overlapped: the all-to-alls over the U-1 links
+    to the card's Ulysses peers at once (full mesh), the ring's sends over the one link to the next card."""
+    return (all_to_all / ((ulysses - 1) * link_bandwidth) if ulysses > 1 else 0.0) + p2p / link_bandwidth
+
+
+def usp_table(splits, link_bandwidth, d=None):
+    """The HCCS traffic of each (ulysses, ring) split, per card and step (analytic; nothing counted)."""
+    d = d or step.REAL
+    print("\nHCCS traffic per card and step under Ulysses U x ring R (from the model's sizes, not counted; "
+          "%.0f GB/s per link, no overlap assumed)" % (link_bandwidth / 1e9))
+    print("| cards | Ulysses x ring | all-to-all GB sent | ring P2P GB sent | HCCS s (not overlapped) |")
+    print("|---:|---|---:|---:|---:|")
+    for ulysses, ring in splits:
+        if d.heads % ulysses:
+            print("| %d | %d x %d | Ulysses %d does not divide %d heads | | |" % (ulysses * ring, ulysses, ring, ulysses,
+                                                                          d.heads))
+            continue
+        all_to_all, p2p = usp_traffic(d, ulysses, ring)
+        print("| %d | %d x %d | %.2f | %.2f | %.3f |" % (ulysses * ring, ulysses, ring, all_to_all / 1e9, p2p / 1e9,
+                                                        usp_seconds(all_to_all, p2p, ulysses, link_bandwidth)))
+
+
 def card_step(report, peaks, cards, link_bandwidth):
     """One counted step per card: {kernels, roofline_s, sent_bytes, hccs_s, step_s}."""
     kernels, _nbytes, _flops, _int8, bound = [sum(r[i] for r in summarise(report, peaks).values()) for i in range(5)]
@@ -269,8 +308,16 @@ def main():
     add_case_arguments(parser)
     parser.add_argument("--cards", default="", help="e.g. 1,2,4,8: the DiT step per card under raylight's Ulysses "
                         "split (degrees that divide MiniMax-H3's 56 heads: 1, 2, 4, 7, 8)")
+    parser.add_argument("--usp", default="", metavar="UxR,...",
+                        help="e.g. 2x3,8x1,4x2,2x4: each Ulysses x ring split's HCCS traffic per card and step "
+                             "(analytic, from the model's sizes; no count is run)")
     parser.add_argument("--json", action="store_true")
     options = parser.parse_args()
+    if options.usp:
+        usp_table([tuple(int(n) for n in split.split("x")) for split in options.usp.split(",")],
+                  options.hccs_gbps * 1e9)
+        if options.parts == parser.get_default("parts") and not options.cards:
+            return 0
     cards = [int(n) for n in options.cards.split(",") if n]
     peaks = peaks_of(options)
     workdir = tempfile.mkdtemp(prefix="real-size-")
