@@ -535,8 +535,10 @@ def case_lora2(out, fsdp=False):
     del model, with_lora
     mm.unload_all_models()
     out["stage"] = "one card sampled"
-    (init,) = RAY["RayInitializer"]().spawn_actor(**dict(INIT, GPU=2, ulysses_degree=2, skip_comm_test=True,
-                                                          FSDP=fsdp))
+    init = None if fsdp else LIVE.pop("init", None)  # right after ``patched2``: its workers
+    if init is None:
+        (init,) = RAY["RayInitializer"]().spawn_actor(**dict(INIT, GPU=2, ulysses_degree=2, skip_comm_test=True,
+                                                              FSDP=fsdp))
     (lora,) = RAY["RayLoraLoader"]().load_lora(lora_name, LORA_STRENGTH)
     out["ray_lora"] = [[os.path.basename(entry["path"]), entry["strength_model"]] for entry in lora]
     (actors,) = RAY["RayUNETLoader"]().load_ray_unet(ray_actors_init=init, unet_name=UNETS[arch],
@@ -555,6 +557,49 @@ def case_lora2(out, fsdp=False):
 
 def case_lora2fsdp(out):
     case_lora2(out, fsdp=True)
+
+
+SHIFT = 5.0  # Wan 2.1's own is 8
+
+
+def case_patched2(out):
+    """raylight's model-patch nodes on 2 cards (Ulysses 2): RayModelSamplingSD3 (shift 5) then
+    RayCFGZeroStar, each applied to the model on every worker by raylight's ray_patch, the Wan 2.1 CFG
+    workflow (its negative prompt, cfg 5) sampled by XFuserKSamplerAdvanced; against ComfyUI's
+    ModelSamplingSD3 and CFGZeroStar with the same values on one card (KSamplerAdvanced), and that
+    workflow unpatched on one card. Hands its workers to ``lora2`` when that comes next."""
+    from comfy_extras.nodes_cfg import CFGZeroStar
+    from comfy_extras.nodes_model_advanced import ModelSamplingSD3
+
+    sampling = SAMPLINGS["wancfg"]
+    (model,) = nodes.UNETLoader().load_unet(UNETS["wan"], "default")
+    (plain,) = nodes.KSamplerAdvanced().sample(model=model, **sampling)
+    torch.save(flat(plain["samples"]), os.path.join(OPTS.out_dir, "reference-wancfg.pt"))
+    (shifted,) = ModelSamplingSD3().patch(model, SHIFT)
+    patched = CFGZeroStar.execute(shifted).result[0]
+    (latent,) = nodes.KSamplerAdvanced().sample(model=patched, **sampling)
+    torch.save(flat(latent["samples"]), os.path.join(OPTS.out_dir, "reference-patched-wancfg.pt"))
+    del model, shifted, patched
+    mm.unload_all_models()
+    out["stage"] = "one card sampled"
+    (init,) = RAY["RayInitializer"]().spawn_actor(**dict(INIT, GPU=2, ulysses_degree=2, skip_comm_test=True))
+    (actors,) = RAY["RayUNETLoader"]().load_ray_unet(ray_actors_init=init, unet_name=UNETS["wan"],
+                                                     weight_dtype="default")
+    (actors,) = nodes.NODE_CLASS_MAPPINGS["RayModelSamplingSD3"]().patch(ray_actors=actors, shift=SHIFT)
+    (actors,) = nodes.NODE_CLASS_MAPPINGS["RayCFGZeroStar"]().patch(ray_actors=actors)
+    workers = actors["workers"]
+    for actor in workers:
+        start_counting(actor)
+    out["stage"] = "patched"
+    latent, actors = RAY["XFuserKSamplerAdvanced"]().ray_sample(ray_actors=actors, **sampling)
+    torch.save(flat(latent["samples"]), os.path.join(OPTS.out_dir, "%s-wancfg.pt" % out["name"]))
+    out["stage"] = "sampled"
+    out["workers_wancfg"] = [worker_view(actor) for actor in workers]
+    if CASES[CASES.index(out["name"]) + 1:][:1] == ["lora2"]:
+        LIVE["init"] = init  # lora2 loads its model on these workers
+        return
+    kill(actors)
+    out["stage"] = "killed"
 
 
 def case_heads(out):

@@ -529,8 +529,10 @@ def test_minimax_h3s_video_decode_spreads_over_the_cards_with_the_frames_of_one_
 
 @pytest.fixture(scope="module")
 def loras(bed_python, tmp_path_factory):
-    return run_in(tmp_path_factory, bed_python, "raylight-lora", USERS, 2, ["lora2", "lora2fsdp"],
-                  arch="minimax", variant="int8")
+    """The users' pair on 2 cards: raylight's model-patch nodes on a Wan 2.1 CFG workflow (``patched2``),
+    then a LoRA on MiniMax-H3 on the same workers (``lora2``), then a LoRA under FSDP (``lora2fsdp``)."""
+    return run_in(tmp_path_factory, bed_python, "raylight-lora", USERS, 2, ["patched2", "lora2", "lora2fsdp"],
+                  arch="minimax,wan", variant="int8")
 
 
 @pytest.mark.parametrize("name,loader", [("lora2", "lora"), ("lora2fsdp", "lora-bypass")])
@@ -559,3 +561,28 @@ def test_a_lora_through_raylight_gives_the_latent_of_comfyuis_lora_loader_on_one
     for worker in workers:
         assert "error" not in worker and worker["cpu_fallbacks"] == {}, worker
         assert worker["ops_on_cards"] == worker["physical"] and worker["quant_matmul"] > 0, worker
+
+
+def test_raylights_model_patch_nodes_give_the_latent_of_comfyuis_patch_nodes_on_one_card(loras):
+    """RayModelSamplingSD3 (shift 5) then RayCFGZeroStar, which raylight's ray_patch applies to the model on
+    each worker, before XFuserKSamplerAdvanced on 2 cards (Ulysses 2): the Wan 2.1 int8 CFG workflow (a
+    negative prompt, cfg 5), against ComfyUI's ModelSamplingSD3 and CFGZeroStar with the same values on
+    one card (KSamplerAdvanced). Within the Ulysses cases' bound of it; the patches move the one-card
+    latent beyond that bound."""
+    case, folder = loras["cases"]["patched2"], loras["folder"]
+    assert case["result"] == "ok", case.get("error")
+    ray = torch.load(folder / "patched2-wancfg.pt")  # flat fp32 vectors of the latents
+    reference = torch.load(folder / "reference-patched-wancfg.pt")
+    cosine = torch.nn.functional.cosine_similarity(ray, reference, dim=0).item()
+    max_abs, scale = (ray - reference).abs().max().item(), reference.abs().max().item()
+    moved = (reference - torch.load(folder / "reference-wancfg.pt")).abs().max().item()
+    print("patched2 wan on 2 cards: cosine %.8f, max |diff| %.3g of max |ref| %.3g; the patches move the "
+          "one-card latent by %.3g (the case: %.1f s)" % (cosine, max_abs, scale, moved, case["seconds"]))
+    assert cosine > 0.9999 and max_abs < 0.03 * scale, (cosine, max_abs, scale)
+    assert moved > 0.03 * scale, (moved, scale)
+    workers = case["workers_wancfg"]
+    assert len(workers) == 2 and len({card for worker in workers for card in worker["physical"]}) == 2, workers
+    for worker in workers:
+        assert "error" not in worker and worker["cpu_fallbacks"] == {}, worker
+        assert worker["ops_on_cards"] == worker["physical"] and worker["quant_matmul"] > 0, worker
+        assert worker["collectives"]["all_to_all_single"]["calls"] > 0, worker  # Ulysses over HCCL
