@@ -485,10 +485,12 @@ def share_counted(vae, samples, cards):
 
     model._decode_pixels = counted_tile
     try:
-        frames, _shape = tile_share.decode_shared(lambda: model.decode(z), model, "_decode_pixels", predict,
-                                                  RankZeroOf(cards), vae.device)
+        frames, _shape, whole = tile_share.decode_shared(lambda: model.decode(z), model, "_decode_pixels", predict,
+                                                         RankZeroOf(cards), vae.device)
     finally:
         del model._decode_pixels
+    if whole is not None:
+        raise RuntimeError("worker 0 decoded it whole: %s" % whole)
     report["tiles"] = {"computed": len(calls), "received": COLLECTIVES["tiles_received"][0]}
     return frames.to(device=vae.output_device, dtype=vae.vae_output_dtype()).movedim(1, -1)
 

@@ -7,8 +7,8 @@ in an ``hccl`` world as raylight's workers join it. It calls raylight's own
 ``ray_vae_decode_partial_impl`` as a worker does, on a worker holding ComfyUI's MiniMax-H3 video
 VAE (v0.30.0's code, tiny width). ``tests/e2e/test_raylight.py`` runs the whole node through Ray;
 here: the frames of one card, a rank whose tile fails (every rank stops, none waits on another),
-no process group (worker 0 decodes it whole and says so), and the patch turned off (raylight's
-own refusal).
+a decode whose tiles cannot be planned and no process group (worker 0 decodes it whole and says
+so), and the patch turned off (raylight's own refusal).
 """
 
 import subprocess
@@ -104,6 +104,27 @@ try:
 except Exception as exc:
     out["failed_tile"] = line(exc)
 vars(model).pop("_decode_pixels", None)
+
+planless = out["unplanned"] = {}  # a ComfyUI whose blend reads a tile's value, which an empty tile has not
+blend = model.blend
+
+
+def blend_reading_a_value(a, b, blend_extent, dim):
+    float(a.flatten()[0])
+    return blend(a, b, blend_extent, dim)
+
+
+model.blend = blend_reading_a_value
+try:
+    hccl.reset_collective_bytes()
+    part, planless["stderr"] = partial(2)
+    planless["tiles"], planless["shape"] = len(part["tiles"]), list(part["output_shape"])
+    if part["tiles"]:
+        planless["equal"] = torch.equal(part["tiles"][0][-1], one_card())
+    planless["hccl"] = {kind: v["calls"] for (card, kind), v in hccl.collective_bytes().items()}
+except Exception as exc:
+    planless["error"] = line(exc)
+vars(model).pop("blend", None)
 dist.destroy_process_group()
 
 alone = out["no_group"] = {}  # the workers share no process group
@@ -134,7 +155,7 @@ def _ranks(bed_python, tmp_path, **env):
     return harness.ranks_json(procs, TIMEOUT)
 
 
-def test_shared_tiles_give_one_cards_frames_a_failed_tile_stops_every_rank_and_no_group_decodes_whole(
+def test_shared_tiles_give_one_cards_frames_a_failed_tile_stops_every_rank_else_worker_zero_decodes_whole(
         bed_python, tmp_path):
     first, second = _ranks(bed_python, tmp_path)
     assert first["patch"] == second["patch"] == "applied"
@@ -151,6 +172,17 @@ def test_shared_tiles_give_one_cards_frames_a_failed_tile_stops_every_rank_and_n
                                     "Tried to allocate 2.00 GiB", second
     assert first["failed_tile"] == "ShareRefused: another card's share of the tiles failed (its worker " \
                                    "says why)", first
+    # a decode whose tiles cannot be planned: worker 0 decodes it whole and says why, once; the other
+    # learns the shape in a second all-reduce
+    one, two = first["unplanned"], second["unplanned"]
+    assert "error" not in one and "error" not in two, (one, two)
+    assert (one["tiles"], one["equal"], two["tiles"]) == (1, True, 0), (one, two)
+    assert one["shape"] == two["shape"] == [1, 3, 39, 384, 384]
+    assert one["hccl"] == two["hccl"] == {"all_reduce": 2}, (one, two)
+    assert one["stderr"] == ("ascend_shim: warning: raylight's distributed VAE decode: the decode's tiles could not "
+                             "be planned (RuntimeError: Tensor.item() cannot be called on meta tensors), so worker "
+                             "0's card decodes the MiniMax-H3 video whole (ComfyUI's own decode)\n"), one
+    assert two["stderr"] == ""
     # no process group: worker 0's card decodes the video whole, and says so once
     one, two = first["no_group"], second["no_group"]
     assert "error" not in one and "error" not in two, (one, two)

@@ -10,9 +10,10 @@ same code (``distributed.tile_share``): the frames of ComfyUI's decode on one ca
 running its share of the tiles. raylight's ``tile_size``/``overlap`` do not apply, as in
 ComfyUI's own decode of this VAE.
 
-Where the tiles cannot be shared (no process group spanning the workers), worker 0 decodes the
-video whole with ComfyUI's own decode and says so in one line. Every other VAE, latent and
-device keeps raylight's own path, its refusals included.
+Where the tiles cannot be shared (no process group spanning the workers; a ComfyUI whose decode
+does what the plan's empty tiles cannot), worker 0 decodes the video whole with ComfyUI's own
+decode and says so in one line; a tile that fails on one card stops every worker. Every other
+VAE, latent and device keeps raylight's own path, its refusals included.
 """
 
 from ascend_shim.engine import versions
@@ -78,13 +79,20 @@ def _decode(worker, latent, job_rank, job_world_size, predict):
         z = latent.to(device=vae.device, dtype=vae.vae_dtype)
         run = lambda: model.decode(z)  # noqa: E731  (ComfyUI's own decode of this VAE)
         if dist is not None:
-            frames, shape = tile_share.decode_shared(run, model, TILE_CALL, predict, dist, vae.device)
+            frames, shape, why = tile_share.decode_shared(run, model, TILE_CALL, predict, dist, vae.device)
         else:
             shape = tile_share.planned_shape(run, model, TILE_CALL, predict)
-            frames = run() if job_rank == 0 else None
-            if job_rank == 0:
-                output.warn("raylight's distributed VAE decode: %s, so worker 0's card decodes the MiniMax-H3 "
-                            "video whole (ComfyUI's own decode)" % why)
+            # worker 0 decodes it whole; the others need only its shape (where even that cannot be
+            # planned, with no group to ask, they decode it too and keep just the shape)
+            frames = None
+            if job_rank == 0 or shape is None:
+                frames = run()
+                shape = shape or tuple(frames.shape)
+            if job_rank != 0:
+                frames = None
+        if why is not None and job_rank == 0:
+            output.warn("raylight's distributed VAE decode: %s, so worker 0's card decodes the MiniMax-H3 "
+                        "video whole (ComfyUI's own decode)" % why)
     if frames is None:
         return _partial(shape, latent, [])
     frames = frames.to(device="cpu", dtype=vae.vae_output_dtype(), copy=True)
