@@ -21,14 +21,10 @@ one-card attention for none), where a real card's op-plugin ignores the hint; th
 kernels round bf16 differently by at most one step of the output's magnitude (|out| < 2 here).
 """
 
-import subprocess
-
 import pytest
 
 import harness
 
-RAYLIGHT = "1.7.2"
-TIMEOUT = 240
 ONE_BF16_STEP = 2.0 ** -7  # the spacing of bf16 values in [1, 2): one rounding step
 CHOICES = ("AITER", "FA", "FA3", "FLASHINFER", "TORCH_MATH", "TORCH_FLASH", "TORCH_EFFICIENT", "TORCH_CUDNN",
            "SAGE_AUTO", "SAGE_FP16", "SAGE_FP16_TRITON", "SAGE_FP8", "SAGE_FP8_SM90", "SPARSE_SAGE", "NPU")
@@ -99,17 +95,7 @@ print(json.dumps(out))
 
 
 def _ranks(bed_python, tmp_path, **env):
-    script = tmp_path / "rank.py"
-    script.write_text(RANK)
-    procs = []
-    for rank, card in enumerate([1, 3]):
-        environment = harness.bed_env(
-            "ascend-cu130", harness.comfyui_dir(harness.COMFYUI_USER), harness.COMFYUI_USER_KITCHEN,
-            extra_path=(harness.raylight_dir(RAYLIGHT) / "src",), TESTBED_NPU_COUNT="4",
-            ASCEND_RT_VISIBLE_DEVICES=str(card), RANK=str(rank), STORE=str(tmp_path / "store"), **env)
-        procs.append(subprocess.Popen([str(bed_python), str(script)], env=environment, cwd=str(tmp_path),
-                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
-    return harness.ranks_json(procs, TIMEOUT)
+    return harness.raylight_ranks(bed_python, tmp_path, RANK, **env)
 
 
 def test_every_attention_choice_runs_ulysses_on_the_npus(bed_python, tmp_path):

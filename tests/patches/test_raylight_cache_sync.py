@@ -7,14 +7,10 @@ through the shim. It builds raylight's own ``DistributedEasyCacheHolder`` and
 runs their syncs. Without the patch, raylight puts the scalar on the CPU, which HCCL refuses.
 """
 
-import subprocess
-
 import pytest
 
 import harness
 
-RAYLIGHT = "1.7.2"
-TIMEOUT = 240
 
 pytestmark = [
     pytest.mark.skipif(not harness.torch_available(), reason="torch is not installed"),
@@ -59,17 +55,7 @@ print(json.dumps(out))
 
 
 def _ranks(bed_python, tmp_path, **env):
-    script = tmp_path / "rank.py"
-    script.write_text(RANK)
-    procs = []
-    for rank, card in enumerate([1, 3]):
-        environment = harness.bed_env(
-            "ascend-cu130", harness.comfyui_dir(harness.COMFYUI_USER), harness.COMFYUI_USER_KITCHEN,
-            extra_path=(harness.raylight_dir(RAYLIGHT) / "src",), TESTBED_NPU_COUNT="4",
-            ASCEND_RT_VISIBLE_DEVICES=str(card), RANK=str(rank), STORE=str(tmp_path / "store"), **env)
-        procs.append(subprocess.Popen([str(bed_python), str(script)], env=environment, cwd=str(tmp_path),
-                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
-    return harness.ranks_json(procs, TIMEOUT)
+    return harness.raylight_ranks(bed_python, tmp_path, RANK, **env)
 
 
 def test_cache_nodes_agree_across_cards_over_hccl(bed_python, tmp_path):

@@ -11,14 +11,10 @@ a decode whose tiles cannot be planned and no process group (worker 0 decodes it
 so), and the patch turned off (raylight's own refusal).
 """
 
-import subprocess
-
 import pytest
 
 import harness
 
-RAYLIGHT = "1.7.2"
-TIMEOUT = 240
 
 pytestmark = [
     pytest.mark.skipif(not harness.torch_available(), reason="torch is not installed"),
@@ -140,19 +136,8 @@ print(json.dumps(out))
 
 
 def _ranks(bed_python, tmp_path, **env):
-    script = tmp_path / "rank.py"
-    script.write_text(RANK)
-    comfy = harness.comfyui_dir(harness.COMFYUI_USER)
-    procs = []
-    for rank, card in enumerate([1, 3]):
-        environment = harness.bed_env(
-            "ascend-cu130", comfy, harness.COMFYUI_USER_KITCHEN,
-            extra_path=(harness.raylight_dir(RAYLIGHT) / "src", harness.TESTS / "e2e"), TESTBED_NPU_COUNT="4",
-            ASCEND_RT_VISIBLE_DEVICES=str(card), RANK=str(rank), STORE=str(tmp_path / "store"), COMFY=str(comfy),
-            **env)
-        procs.append(subprocess.Popen([str(bed_python), str(script)], env=environment, cwd=str(tmp_path),
-                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
-    return harness.ranks_json(procs, TIMEOUT)
+    return harness.raylight_ranks(bed_python, tmp_path, RANK, extra_path=(harness.TESTS / "e2e",),
+                                  COMFY=str(harness.comfyui_dir(harness.COMFYUI_USER)), **env)
 
 
 def test_shared_tiles_give_one_cards_frames_a_failed_tile_stops_every_rank_else_worker_zero_decodes_whole(
