@@ -50,6 +50,12 @@ and runs the cases asked for, in order, each architecture of ``--arch`` in turn:
   dp2         data parallel: DPKSamplerAdvanced on 2 workers (Ulysses, ring and CFG degree 0), one Wan 2.1
               video per card, seeds 42 and 43 (DPNoiseList), saved as ``dp2-wanseed<seed>.pt``
               (``reference`` then also samples seed 43 on one card: ``reference-wanseed43.pt``)
+  gguf2       a tiny Wan 2.1 written as a Q8_0 .gguf (the gguf package's writer) through raylight's
+              RayGGUFLoader (registered by a ComfyUI-GGUF folder beside a copy of raylight's in this
+              run's custom_nodes) -> XFuserKSamplerAdvanced on 2 workers (Ulysses 2; right after
+              ``lora2``: its workers), saved as ``gguf2-wan.pt``; ComfyUI's UNETLoader + KSamplerAdvanced
+              on one card of the gguf package's dequantized weights (``reference-gguf-dequantized-wan.pt``)
+              and of the unquantized ones (``reference-gguf-fp32-wan.pt``)
   vae_decode  right after a rayN case (its workers): a seeded Wan 2.1 latent of 3 x 16 x 16 decoded by
               raylight's RayVAEDecodeDistributed over the workers and by ComfyUI's VAEDecodeTiled here
               on one card, the same tiles (64 px, overlap 32; temporal overlap 4, then the default 8);
