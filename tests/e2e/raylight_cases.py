@@ -50,6 +50,12 @@ and runs the cases asked for, in order, each architecture of ``--arch`` in turn:
   dp2         data parallel: DPKSamplerAdvanced on 2 workers (Ulysses, ring and CFG degree 0), one Wan 2.1
               video per card, seeds 42 and 43 (DPNoiseList), saved as ``dp2-wanseed<seed>.pt``
               (``reference`` then also samples seed 43 on one card: ``reference-wanseed43.pt``)
+  gguf2       a tiny Wan 2.1 written as a Q8_0 .gguf (the gguf package's writer) through raylight's
+              RayGGUFLoader (registered by a ComfyUI-GGUF folder beside a copy of raylight's in this
+              run's custom_nodes) -> XFuserKSamplerAdvanced on 2 workers (Ulysses 2; right after
+              ``lora2``: its workers), saved as ``gguf2-wan.pt``; ComfyUI's UNETLoader + KSamplerAdvanced
+              on one card of the gguf package's dequantized weights (``reference-gguf-dequantized-wan.pt``)
+              and of the unquantized ones (``reference-gguf-fp32-wan.pt``)
   vae_decode  right after a rayN case (its workers): a seeded Wan 2.1 latent of 3 x 16 x 16 decoded by
               raylight's RayVAEDecodeDistributed over the workers and by ComfyUI's VAEDecodeTiled here
               on one card, the same tiles (64 px, overlap 32; temporal overlap 4, then the default 8);
@@ -141,7 +147,20 @@ folder_paths.add_model_folder_path("diffusion_models", MODELS)
 folder_paths.add_model_folder_path("vae", MODELS)
 folder_paths.add_model_folder_path("loras", MODELS)
 
-loaded = asyncio.run(nodes.load_custom_node(os.path.realpath(OPTS.raylight_dir)))
+RAYLIGHT_DIR = os.path.realpath(OPTS.raylight_dir)
+if "gguf2" in CASES:
+    # raylight registers RayGGUFLoader (its vendored copy of city96's loader) only where a folder
+    # ComfyUI-GGUF sits beside its own (its __init__.py, by the real path of that file): here a
+    # custom_nodes folder of this run models a user's install, raylight's folder (a copy: a link
+    # would resolve to the cache) beside an empty ComfyUI-GGUF standing for the user's installed node
+    import shutil
+
+    custom_nodes = os.path.join(OPTS.out_dir, "custom_nodes")
+    shutil.copytree(RAYLIGHT_DIR, os.path.join(custom_nodes, "raylight"),
+                    ignore=shutil.ignore_patterns("__pycache__", "_ray_runtime_env"))
+    os.makedirs(os.path.join(custom_nodes, "ComfyUI-GGUF"))
+    RAYLIGHT_DIR = os.path.join(custom_nodes, "raylight")
+loaded = asyncio.run(nodes.load_custom_node(RAYLIGHT_DIR))
 report["raylight_loaded"] = loaded
 if not loaded:
     emit()
@@ -551,12 +570,114 @@ def case_lora2(out, fsdp=False):
     torch.save(flat(latent["samples"]), os.path.join(OPTS.out_dir, "%s-%s.pt" % (out["name"], arch)))
     out["stage"] = "sampled " + arch
     out["workers_" + arch] = [worker_view(actor) for actor in workers]
+    if not fsdp and CASES[CASES.index(out["name"]) + 1:][:1] == ["gguf2"]:
+        LIVE["init"] = init  # gguf2 loads its model on these workers
+        return
     kill(actors)
     out["stage"] = "killed"
 
 
 def case_lora2fsdp(out):
     case_lora2(out, fsdp=True)
+
+
+def write_gguf(master, spec, path):
+    """The tiny Wan 2.1 as a .gguf the way city96's convert.py lays one out (read for what the loader
+    expects; written here with the gguf package's own writer): ``general.architecture`` "wan", the
+    blocks' attention and FFN linears Q8_0, the modulations and other 1-D tensors F32, the rest F16;
+    a tensor of more than 4 dimensions (the 5-D patch embedding, past GGML's 4) stored flat with its
+    shape in ``comfy.gguf.orig_shape.<name>``. Returns the weights as the gguf package's numpy
+    dequantizer reads them back from the file (fp32), the reference's weights."""
+    import gguf
+    import numpy
+
+    writer = gguf.GGUFWriter(path, "wan")
+    writer.add_quantization_version(gguf.GGML_QUANT_VERSION)
+    writer.add_file_type(gguf.LlamaFileType.MOSTLY_Q8_0)
+    kinds = {}
+    for key, t in sorted(master.items()):
+        data = t.float().numpy()
+        if spec.quantized(key, t):
+            qtype = gguf.GGMLQuantizationType.Q8_0
+            writer.add_tensor(key, gguf.quants.quantize(data, qtype), raw_dtype=qtype)
+        else:
+            qtype = gguf.GGMLQuantizationType.F32 if t.dim() <= 1 or ".modulation" in key \
+                else gguf.GGMLQuantizationType.F16
+            data = data.astype(numpy.float32 if qtype == gguf.GGMLQuantizationType.F32 else numpy.float16)
+            if data.ndim > 4:
+                writer.add_array("comfy.gguf.orig_shape." + key, list(data.shape))
+                data = data.reshape(data.shape[0], -1)
+            writer.add_tensor(key, data, raw_dtype=qtype)
+        kinds[qtype.name] = kinds.get(qtype.name, 0) + 1
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    weights = {}
+    for tensor in gguf.GGUFReader(path).tensors:
+        values = gguf.quants.dequantize(tensor.data, tensor.tensor_type)
+        weights[tensor.name] = torch.from_numpy(numpy.ascontiguousarray(values, dtype=numpy.float32)).reshape(
+            master[tensor.name].shape)
+    return weights, kinds
+
+
+def case_gguf2(out):
+    """raylight's RayGGUFLoader on 2 cards (Ulysses 2): a tiny Wan 2.1 as a Q8_0 .gguf, loaded on each
+    worker by raylight's vendored city96 loader (its torch dequant, on the card), sampled by
+    XFuserKSamplerAdvanced; against ComfyUI's own UNETLoader + KSamplerAdvanced on one card of the
+    same weights as the gguf package dequantizes them (fp32 safetensors), and the unquantized weights."""
+    spec = models.SPECS["wan"](seed=0, heads=OPTS.heads)
+    master = spec.build()
+    gguf_name = "tiny_wan_q8_0_%dheads.gguf" % OPTS.heads
+    weights, out["gguf_types"] = write_gguf(master, spec, os.path.join(MODELS, gguf_name))
+    out["q8_0_max_abs_error"] = max((weights[key] - master[key]).abs().max().item() for key in master
+                                    if spec.quantized(key, master[key]))
+    for label, state in (("dequantized", weights), ("fp32", master)):
+        name = "tiny_wan_%s_%dheads.safetensors" % (label, OPTS.heads)
+        safetensors.torch.save_file(state, os.path.join(MODELS, name))
+        (model,) = nodes.UNETLoader().load_unet(name, "default")
+        out["reference_dtype_" + label] = str(model.model.get_dtype())
+        (latent,) = nodes.KSamplerAdvanced().sample(model=model, **SAMPLINGS["wan"])
+        torch.save(flat(latent["samples"]), os.path.join(OPTS.out_dir, "reference-gguf-%s-wan.pt" % label))
+        del model
+        mm.unload_all_models()
+    out["stage"] = "one card sampled"
+    init = LIVE.pop("init", None)  # right after ``lora2``: its workers
+    if init is None:
+        (init,) = RAY["RayInitializer"]().spawn_actor(**dict(INIT, GPU=2, ulysses_degree=2, skip_comm_test=True))
+    out["registered"] = "RayGGUFLoader" in nodes.NODE_CLASS_MAPPINGS
+    (actors,) = nodes.NODE_CLASS_MAPPINGS["RayGGUFLoader"]().load_ray_unet(
+        ray_actors_init=init, unet_name=gguf_name, dequant_dtype="default", patch_dtype="default")
+    workers = actors["workers"]
+    for actor in workers:
+        start_counting(actor)
+    out["stage"] = "loaded"
+    started = time.monotonic()
+    latent, actors = RAY["XFuserKSamplerAdvanced"]().ray_sample(ray_actors=actors, **SAMPLINGS["wan"])
+    out["sample_seconds"] = round(time.monotonic() - started, 2)
+    torch.save(flat(latent["samples"]), os.path.join(OPTS.out_dir, "gguf2-wan.pt"))
+    out["stage"] = "sampled"
+    out["workers_wan"] = [dict(worker_view(actor), model=gguf_model_view(actor)) for actor in workers]
+    kill(actors)
+    out["stage"] = "killed"
+
+
+def gguf_model_view(actor):
+    """Inside a worker: the class of its model patcher, and per kind of diffusion-model parameter (the
+    vendored loader's GGMLTensor, by GGML type) the devices it sits on."""
+    import ray
+
+    def look(worker):
+        patcher = getattr(worker, "model", None)
+        seen = {"patcher": type(patcher).__name__, "params": {}}
+        model = patcher.model.diffusion_model
+        for param in model.parameters():
+            kind = getattr(getattr(param, "tensor_type", None), "name", str(param.dtype))
+            seen["params"].setdefault(kind, set()).add(str(param.device.type))
+        seen["params"] = {kind: sorted(devices) for kind, devices in seen["params"].items()}
+        return seen
+
+    return ray.get(actor.__ray_call__.remote(look), timeout=120)
 
 
 SHIFT = 5.0  # Wan 2.1's own is 8

@@ -530,9 +530,10 @@ def test_minimax_h3s_video_decode_spreads_over_the_cards_with_the_frames_of_one_
 @pytest.fixture(scope="module")
 def loras(bed_python, tmp_path_factory):
     """The users' pair on 2 cards: raylight's model-patch nodes on a Wan 2.1 CFG workflow (``patched2``),
-    then a LoRA on MiniMax-H3 on the same workers (``lora2``), then a LoRA under FSDP (``lora2fsdp``)."""
-    return run_in(tmp_path_factory, bed_python, "raylight-lora", USERS, 2, ["patched2", "lora2", "lora2fsdp"],
-                  arch="minimax,wan", variant="int8")
+    then a LoRA on MiniMax-H3 on the same workers (``lora2``), then a Q8_0 GGUF of Wan 2.1 through
+    RayGGUFLoader on them too (``gguf2``), then a LoRA under FSDP (``lora2fsdp``)."""
+    return run_in(tmp_path_factory, bed_python, "raylight-lora", USERS, 2,
+                  ["patched2", "lora2", "gguf2", "lora2fsdp"], arch="minimax,wan", variant="int8")
 
 
 @pytest.mark.parametrize("name,loader", [("lora2", "lora"), ("lora2fsdp", "lora-bypass")])
@@ -585,4 +586,36 @@ def test_raylights_model_patch_nodes_give_the_latent_of_comfyuis_patch_nodes_on_
     for worker in workers:
         assert "error" not in worker and worker["cpu_fallbacks"] == {}, worker
         assert worker["ops_on_cards"] == worker["physical"] and worker["quant_matmul"] > 0, worker
+        assert worker["collectives"]["all_to_all_single"]["calls"] > 0, worker  # Ulysses over HCCL
+
+
+
+def test_raylights_gguf_loader_gives_the_latent_of_comfyui_on_one_card_of_the_same_weights(loras):
+    """RayGGUFLoader (raylight 1.7.2's vendored city96 loader, registered as a user's install does: a
+    ComfyUI-GGUF folder beside raylight's) -> XFuserKSamplerAdvanced on 2 cards (Ulysses 2), the users'
+    pair: a tiny Wan 2.1 written as a .gguf (the blocks' linears Q8_0, the rest F16/F32) with the gguf
+    package. Each worker keeps the Q8_0 weights quantized on its card (GGMLTensor) and dequantizes
+    them there, in torch, as each layer runs. Against ComfyUI's UNETLoader + KSamplerAdvanced on one card
+    of the weights the gguf package's own dequantizer reads from the same file: the Ulysses cases' bound."""
+    case, folder = loras["cases"]["gguf2"], loras["folder"]
+    assert case["result"] == "ok", case.get("error")
+    assert case["registered"] is True and case["gguf_types"]["Q8_0"] > 0, case
+    ray = torch.load(folder / "gguf2-wan.pt")  # flat fp32 vectors of the latents
+    reference = torch.load(folder / "reference-gguf-dequantized-wan.pt")
+    cosine = torch.nn.functional.cosine_similarity(ray, reference, dim=0).item()
+    max_abs, scale = (ray - reference).abs().max().item(), reference.abs().max().item()
+    unquantized = torch.load(folder / "reference-gguf-fp32-wan.pt")
+    print("gguf2 wan on 2 cards: cosine %.8f, max |diff| %.3g of max |ref| %.3g; against the unquantized "
+          "weights on one card: cosine %.8f, max |diff| %.3g (Q8_0's largest weight error %.3g); the case %.1f s"
+          % (cosine, max_abs, scale, torch.nn.functional.cosine_similarity(ray, unquantized, dim=0).item(),
+             (ray - unquantized).abs().max().item(), case["q8_0_max_abs_error"], case["seconds"]))
+    assert cosine > 0.9999 and max_abs < 0.03 * scale, (cosine, max_abs, scale)
+    workers = case["workers_wan"]
+    assert len(workers) == 2 and len({card for worker in workers for card in worker["physical"]}) == 2, workers
+    for worker in workers:
+        assert "error" not in worker and worker["cpu_fallbacks"] == {}, worker
+        assert worker["ops_on_cards"] == worker["physical"], worker
+        assert worker["model"]["patcher"] == "GGUFModelPatcher", worker["model"]
+        params = worker["model"]["params"]
+        assert params["Q8_0"] == ["npu"] and all(devices == ["npu"] for devices in params.values()), params
         assert worker["collectives"]["all_to_all_single"]["calls"] > 0, worker  # Ulysses over HCCL

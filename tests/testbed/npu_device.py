@@ -378,6 +378,61 @@ def _rebuild(elem, index, requires_grad):
     return NpuTensor(elem, index, requires_grad)
 
 
+_SUBCLASSES: dict = {}  # a plain Tensor subclass -> its npu class (the subclass and NpuTensor)
+
+
+def _as_subclass(self, cls):
+    """``t.as_subclass(cls)`` of an npu tensor, for a plain (non-wrapper) Tensor subclass ``cls``.
+
+    On a card an npu tensor is an ordinary ``torch.Tensor`` (torch_npu's PrivateUse1 is a C++
+    backend), so ``as_subclass`` gives it any Python subclass: torch's default ``__torch_function__``
+    does so for every result of an op on such a subclass (``torch._tensor._convert``), and
+    ComfyUI-GGUF's ``GGMLTensor`` (weights that stay quantized on the card) lives on that. Here the
+    npu tensor is already a Python object (this wrapper), which torch will not re-class: the bed
+    answers with a wrapper of the same CPU data whose class is ``cls`` and this one (``cls``'s
+    methods, this class's dispatch), as the card would.
+    """
+    if cls in _SUBCLASSES.values():
+        cls = cls.__mro__[1]
+    if isinstance(self, cls) or not issubclass(cls, torch.Tensor) or issubclass(cls, NpuTensor):
+        return torch._C.TensorBase.as_subclass(self, cls)
+    both = _SUBCLASSES.get(cls)
+    if both is None:
+        both = _SUBCLASSES[cls] = type(cls.__name__, (cls, NpuTensor),
+                                       {"__module__": cls.__module__, "__qualname__": cls.__qualname__})
+        # set after the class is made (torch's tensor metaclass replaces one given in the body)
+        own = next(klass.__dict__["__torch_function__"] for klass in cls.__mro__
+                   if "__torch_function__" in klass.__dict__)
+        both.__torch_function__ = own if own is not torch.Tensor.__dict__["__torch_function__"] \
+            else classmethod(_default_torch_function)
+    return NpuTensor.__new__(both, self.elem, self.device.index, self.requires_grad)
+
+
+def _default_torch_function(cls, func, types, args=(), kwargs=None):
+    """torch's default ``Tensor.__torch_function__`` for the npu class of a plain subclass: the
+    results of its ops are the subclass, on the card (npu results) or as torch makes them (CPU)."""
+    user = cls.__mro__[1]
+    if not all(issubclass(cls, t) or issubclass(user, t) for t in types):
+        return NotImplemented
+    with torch._C.DisableTorchFunctionSubclass():
+        ret = func(*args, **(kwargs or {}))
+        if func in torch.overrides.get_default_nowrap_functions():
+            return ret
+
+        def convert(value):
+            if isinstance(value, torch.Tensor) and not isinstance(value, user):
+                return _as_subclass(value, user) if isinstance(value, NpuTensor) \
+                    else torch._C.TensorBase.as_subclass(value, user)
+            if isinstance(value, (tuple, list)):
+                return type(value)(convert(v) for v in value)
+            return value
+
+        return convert(ret)
+
+
+NpuTensor.as_subclass = _as_subclass
+
+
 # --------------------------------------------------------------------------- helpers
 
 

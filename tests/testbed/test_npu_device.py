@@ -324,6 +324,27 @@ class _Checks:
         out = F.linear(x, m)
         assert calls and out.device.type == "npu" and out.shape == (2, 4)
 
+    def test_a_plain_tensor_subclass_moves_to_the_card_and_keeps_its_class(self):
+        """A plain (non-wrapper) Tensor subclass with torch's default __torch_function__, as
+        ComfyUI-GGUF's GGMLTensor: on a card ``.to("npu")`` and every op on it give the subclass
+        (an npu tensor is a plain Tensor there); the bed's wrapper takes the subclass's class too."""
+
+        class Tagged(torch.Tensor):
+            def to(self, *args, **kwargs):
+                new = super().to(*args, **kwargs)
+                new.tag = getattr(self, "tag", None)
+                return new
+
+        cpu = torch.arange(6, dtype=torch.float32).reshape(2, 3).as_subclass(Tagged)
+        cpu.tag = "q8"
+        on_card = cpu.to("npu")
+        assert type(on_card).__name__ == "Tagged" and isinstance(on_card, (Tagged, nd.NpuTensor))
+        assert on_card.device.type == "npu" and on_card.tag == "q8"
+        doubled = on_card * 2  # the subclass's __torch_function__, the bed's dispatch
+        assert isinstance(doubled, Tagged) and doubled.device.type == "npu"
+        assert doubled.cpu().tolist() == [[0.0, 2.0, 4.0], [6.0, 8.0, 10.0]]
+        assert not isinstance(doubled.cpu(), nd.NpuTensor)
+
     # ---------------------------------------------------------------- modules, autograd, misc
     def test_module_moves(self):
         m = torch.nn.Linear(4, 3)
