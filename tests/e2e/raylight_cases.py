@@ -65,6 +65,8 @@ and runs the cases asked for, in order, each architecture of ``--arch`` in turn:
               of 12 x 24 x 24 (39 frames of 384 x 384, which that VAE, tiling itself, decodes as 8 tiles)
               decoded by RayVAEDecodeDistributed over the workers and by ComfyUI's VAEDecode here on one
               card; each process records the tile calls it computed and its ops
+  dead_ring   right after a ring case (its workers): the last worker's process ends inside its first ring
+              step's attention; the sampler's error, RayKill, and the other workers' processes gone
   dead_worker right after ``ray2``, ``vae_decode`` or ``minimax_decode`` (their workers, a model loaded): one
               worker dies (after ``minimax_decode``: its process ends in its first tile of a distributed
               decode, the node's error), the sampler's error, ComfyUI lives on, RayKill frees the cards
@@ -435,7 +437,7 @@ def case_ray(out, cards, select=None, ring=1, prefix="ray", fsdp=None):
     hand_on(out, init, actors)
 
 
-REUSERS = ("heads", "dead_worker", "vae_decode", "minimax_decode")  # the cases that go on with the workers of the one before
+REUSERS = ("heads", "dead_worker", "vae_decode", "minimax_decode", "dead_ring")  # the cases that go on with the workers of the one before
 
 
 def hand_on(out, init, actors):
@@ -996,6 +998,54 @@ def case_gpu_cluster(out):
         import ray
 
         ray.shutdown()
+
+
+def die_in_ring_attention():
+    """In the process it runs in: the process ends in its first ring step's attention
+    (``torch_npu.npu_fusion_attention``, which the shim's ring step calls)."""
+    import torch_npu
+
+    def ending(*args, **kwargs):
+        os._exit(1)
+
+    torch_npu.npu_fusion_attention = ending
+    return True
+
+
+def still_running(pids, wait):
+    """The processes of ``pids`` still alive after up to ``wait`` seconds."""
+    deadline = time.monotonic() + wait
+    while True:
+        alive = []
+        for pid in pids:
+            try:
+                os.kill(pid, 0)
+                alive.append(pid)
+            except ProcessLookupError:
+                pass
+        if not alive or time.monotonic() > deadline:
+            return alive
+        time.sleep(0.2)
+
+
+def case_dead_ring(out):
+    """Right after a ring case (its workers, the last architecture loaded): the last worker's process
+    ends inside its first ring step's attention while the others wait on its keys and values; the
+    sampler's error, then RayKill, and no worker left waiting."""
+    import ray
+
+    LIVE.pop("init", None)
+    actors = LIVE.pop("actors")
+    workers = actors["workers"]
+    others = [worker_view(actor)["pid"] for actor in workers[:-1]]
+    ray.get(workers[-1].__ray_call__.remote(lambda worker: die_in_ring_attention()), timeout=120)
+    started = time.monotonic()
+    try:
+        RAY["XFuserKSamplerAdvanced"]().ray_sample(ray_actors=actors, **SAMPLINGS[ARCHS[-1]])
+    finally:
+        out["stopped_after"] = round(time.monotonic() - started, 2)
+        kill(actors)
+        out["left_running"] = still_running(others, wait=30.0)
 
 
 def case_dead_worker(out):

@@ -82,7 +82,7 @@ def users(bed_python, tmp_path_factory):
     FSDP (int8, FSDP_CPU_OFFLOAD, bf16), cfg_degree 2, data parallel and the distributed VAE decode on 2,
     the bad inputs."""
     return run_in(tmp_path_factory, bed_python, "raylight-users", USERS, 4,
-                  ["reference", "ray4", "heads", "ring2x2", "ring2", "fsdp2", "fsdp2-bf16", "fsdp2cpu",
+                  ["reference", "ray4", "heads", "ring2x2", "ring2", "dead_ring", "fsdp2", "fsdp2-bf16", "fsdp2cpu",
                    "fsdp2cpu-short", "ring_misfit", "too_many", "gpu_cluster", "cfg2", "cfg2x2", "dp2", "ray2@1+3",
                    "vae_decode", "minimax_decode", "dead_worker"],
                   arch="minimax,wan", variant="int8")
@@ -349,6 +349,17 @@ def test_a_dead_worker_is_an_error_comfyui_lives_on_and_raykill_frees_the_cards(
         "because its worker process has died" in case["decode_error"], case
     assert "Actor" in case["result"] and "died" in case["error"], case
     assert case["killed_after_error"] is True and case["comfyui_alive"] is True
+
+
+def test_a_worker_dying_in_a_ring_step_is_an_error_and_raykill_leaves_no_worker_waiting(users):
+    """The last of ring 2's workers ends inside its first ring step's attention, while the other waits on
+    its keys and values: the node stops on Ray's error, ComfyUI lives on, and after RayKill no worker
+    process is left running (none waits on a P2P that will never come)."""
+    case = users["cases"]["dead_ring"]
+    print("dead ring worker: the node stopped after %.2f s: %s" % (case["stopped_after"], case["result"]))
+    assert case["result"].startswith("ActorDiedError: ") and "because its worker process has died" in case["error"], \
+        case
+    assert case["left_running"] == [] and case["comfyui_alive"] is True, case
 
 
 def test_a_ulysses_degree_that_does_not_divide_the_heads_is_one_clear_error(users):
