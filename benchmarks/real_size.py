@@ -22,6 +22,9 @@ summed. The peaks are parameters; the defaults (FP16/BF16 cube 313 TFLOPS, INT8 
 was at hand, and pages quote 256-320 TFLOPS and 0.4-1.6 TB/s for "910B". A real card must
 confirm them, and the bound leaves out launch and host time.
 
+``--contenders shim,unfused`` (``--parts vae``): the decode with and without the shim's fused MiniMax-H3
+decoder blocks (``ASCEND_SHIM_DISABLE=minimax_vae_fused``) in one run, and the kernels' change.
+
 ``--cards 1,2,4,8``: the same step with the video split over N cards by raylight's Ulysses sequence
 parallel (raylight 1.7.2, the release that pairs with v0.30.0), counted per card. N = 1 is the
 user's run (ComfyUI alone). For N > 1 the case runs raylight's own forward as rank 0 of N: the
@@ -83,7 +86,10 @@ CONTENDERS = {
     "shim": dict(kitchen=USER_KITCHEN, env={}),
     "eager": dict(kitchen=USER_KITCHEN, env={"ASCEND_SHIM_INT8": "off"}),
     "upstream": dict(kitchen="0.2.40", env={"ASCEND_SHIM_INT8": "upstream"}),
+    # the shim without its fused MiniMax-H3 decoder blocks: the video decode's before, beside the shim's after
+    "unfused": dict(kitchen=USER_KITCHEN, env={"ASCEND_SHIM_DISABLE": "minimax_vae_fused"}),
 }
+DEFAULT_CONTENDERS = ("shim", "eager", "upstream")
 CLASSES = step.CLASSES
 USER_STEP_SECONDS = step.USER_STEP_SECONDS
 RAYLIGHT = "1.7.2"  # the raylight release that pairs with v0.30.0 (its MiniMax-H3 forward keeps the audio slope)
@@ -162,6 +168,10 @@ def table(title, results, peaks, per_step_label):
             continue
         bound = sum(r[4] for r in s.values())
         print("%s: roofline bound %.2f s %s" % (name, bound, per_step_label(bound)))
+    base = sums.get("unfused")
+    if base and sums.get("shim"):  # the fused decoder blocks' change, counted side by side in this run
+        before, after = (sum(r[0] for r in sums[n].values()) for n in ("unfused", "shim"))
+        print("shim against unfused: %d -> %d kernels (%+.1f %%)" % (before, after, 100.0 * (after - before) / before))
 
 
 def kit_coverage(report):
@@ -304,7 +314,8 @@ def peaks_of(options):
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--parts", default="dit,vae")
-    parser.add_argument("--contenders", default=",".join(CONTENDERS))
+    parser.add_argument("--contenders", default=",".join(DEFAULT_CONTENDERS),
+                        help="of %s" % ", ".join(CONTENDERS))
     add_case_arguments(parser)
     parser.add_argument("--cards", default="", help="e.g. 1,2,4,8: the DiT step per card under raylight's Ulysses "
                         "split (degrees that divide MiniMax-H3's 56 heads: 1, 2, 4, 7, 8)")

@@ -159,8 +159,8 @@ FUNCTIONS = {
     "all_to_all_4D": "Ulysses glue", "pytorch_attn_forward": "Ulysses glue", "update_out_and_lse": "Ulysses glue",
     "xdit_ring_flash_attn_forward": "Ulysses glue", "pad_to_size": "Ulysses glue",
     "_split_packed_sequence": "Ulysses glue",
-    # the shim's minimax_vae_fused patch: its attention forward, the joint q/k rotation and its coefficients
-    "_fused_attention": "attention", "rotate_in_place": "RoPE", "rotary_coefficients": "RoPE",
+    # the shim's minimax_vae_fused patch: its attention forward (the q/k gather among it) and the coefficients
+    "_fused_attention": "attention", "rotary_coefficients": "RoPE",
 }
 MODULES = {"RMSNorm": "norms", "GroupNorm": "norms", "LayerNorm": "norms", "TemporalIsolatedGroupNorm": "norms",
            "AdalnProj": "modulation", "FinalLayer": "modulation", "TimeEmbedder": "other",

@@ -144,12 +144,13 @@ def test_bench_default_run_on_the_emulated_npu_is_short_and_says_so(bed_python, 
     # no comfy-kitchen on this bed: the RoPE comparison says why it did not run
     rope = next(i for i, line in enumerate(out) if line.startswith("RoPE, eager vs fused"))
     assert out[rope].startswith("RoPE, eager vs fused: not timed (comfy-kitchen does not import"), out[rope]
-    # the fused norm / activation table needs no comfy-kitchen: both rows, timed both ways
-    assert out[rope + 2:rope + 4] == ["eager chains vs fused NPU ops, bf16, ms (emulated):",
-                                      "| case | shape | eager ms | fused ms | speed-up | max ulp diff |"]
+    # the fused norm / activation / decoder q/k table needs no comfy-kitchen: every row, timed both ways
+    assert out[rope + 2:rope + 4] == ["eager chains vs fused NPU ops, ms (emulated):",
+                                      "| case | shape | eager ms | fused ms | speed-up | max difference |"]
     fused = out[rope + 5:]
     assert [row.split(" | ")[0] for row in fused] == ["| " + case for case in (
-        "RMSNorm (MiniMax-H3 block)", "SwiGLU before the INT8 fc2 (MiniMax-H3 MLP)")], fused
+        "RMSNorm (MiniMax-H3 block)", "SwiGLU before the INT8 fc2 (MiniMax-H3 MLP)",
+        "MiniMax-H3 VAE decoder q/k norms + RoPE (fp16)")], fused
     progress = [line for line in proc.stderr.splitlines() if line.startswith("bench: ")]
     assert progress[0] == "bench: 1/4 attention out M=256 K=3840 N=3840"
     assert all(" left" in line for line in progress[1:4]) and progress[3].startswith("bench: 4/4 ")
@@ -169,10 +170,15 @@ def test_bench_times_kitchens_eager_rope_against_the_fused_one(bed_python, tmp_p
         assert row["tokens"] == 64 and row["eager_ms"] > 0 and row["fused_ms"] > 0, row
         # the same rotation: bf16 outputs of magnitude below 8 differ by at most one rounding
         assert row["max_abs_diff"] <= 2.0 ** -5, row
-    assert result["fused_not_timed"] == "" and len(result["fused"]) == 2, result["fused"]
-    norm, act = result["fused"]
+    assert result["fused_not_timed"] == "" and len(result["fused"]) == 3, result["fused"]
+    norm, act, qk = result["fused"]
     assert norm["max_ulps"] == 0 and act["max_ulps"] <= 1, result["fused"]  # the bed's op numerics
     assert norm["fused_ms"] > 0 and act["fused_ms"] > 0 and act["shape"] == [64, 28672]
+    # the decoder's q/k glue at one tile's tokens: the patch's gather, norm and rotary give ComfyUI's
+    # chain's numbers in the patch's channel order (the norm sums in another order: an fp16 rounding at
+    # most, of values below 8, carried through the rotation)
+    assert qk["shape"] == [1797, 6144] and qk["eager_ms"] > 0 and qk["fused_ms"] > 0, qk
+    assert qk["max_abs_diff"] <= 2.0 ** -7, qk
 
 
 def test_a_real_device_backend_is_not_taken_for_an_emulation():

@@ -23,22 +23,36 @@ INTERLEAVE = "interleave"
 HALF = "half"
 
 
-def rotary_coefficients(freqs_cis: torch.Tensor, split_half: bool, sign: torch.Tensor | None = None) -> tuple:
+def rotary_coefficients(freqs_cis: torch.Tensor, split_half: bool, sign: torch.Tensor | None = None,
+                        width: int | None = None) -> tuple:
     """``(r1, r2)`` of shape ``freqs_cis.shape[:-3] + (D,)`` for ``npu_rotary_mul``.
 
     Two kernels: one copy of the diagonal ``(M00, M11)`` into r1 and one multiply
     of the anti-diagonal ``(M01, M10)`` by ``sign`` (``(-1, 1)`` in freqs_cis's
     dtype; made here when not given) into r2, each written in the layout's
     order. Both are exact.
+
+    ``width`` (split-half only, even, at least D): coefficients for an x of that many
+    channels whose halves each start with the P rotated elements (pair ``(i, i + width/2)``);
+    the other channels get ``r1 = 1, r2 = 0`` and pass unchanged (two more kernels: the fills).
     """
     pairs = freqs_cis.shape[-3]
     lead = tuple(freqs_cis.shape[:-3])
     if sign is None:
         sign = torch.tensor((-1.0, 1.0), dtype=freqs_cis.dtype, device=freqs_cis.device)
-    r1 = torch.empty(lead + (2 * pairs,), dtype=freqs_cis.dtype, device=freqs_cis.device)
-    r2 = torch.empty_like(r1)
     diagonal = freqs_cis.diagonal(dim1=-2, dim2=-1)  # (..., P, 2): M00, M11
     anti = _anti_diagonal(freqs_cis)  # (..., P, 2): M01, M10
+    if split_half and width is not None and width != 2 * pairs:
+        if width % 2 or width < 2 * pairs:
+            raise ValueError("width %d: even and at least %d expected" % (width, 2 * pairs))
+        r1 = torch.ones(lead + (width,), dtype=freqs_cis.dtype, device=freqs_cis.device)
+        r2 = torch.zeros_like(r1)
+        halves = lead + (2, width // 2)
+        r1.view(halves)[..., :pairs].copy_(diagonal.transpose(-1, -2))
+        torch.mul(anti.transpose(-1, -2), sign.view(2, 1), out=r2.view(halves)[..., :pairs])
+        return r1, r2
+    r1 = torch.empty(lead + (2 * pairs,), dtype=freqs_cis.dtype, device=freqs_cis.device)
+    r2 = torch.empty_like(r1)
     if split_half:  # (..., 2, P): all first elements, then all second ones
         r1.view(lead + (2, pairs)).copy_(diagonal.transpose(-1, -2))
         torch.mul(anti.transpose(-1, -2), sign.view(2, 1), out=r2.view(lead + (2, pairs)))

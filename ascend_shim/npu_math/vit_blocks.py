@@ -6,10 +6,12 @@ the first ``rot`` channels of each head split-half (pair ``(i, i + rot/2)``) wit
 matrices ``(B, S, 1, rot/2, 2, 2)``, and computes ``silu(gate) * up`` on the two halves of its
 FFN's first linear. Here the same numbers:
 
-- q and k as one ``(B, S, H, 2, D)`` view of ``qkv`` (``qk_pairs``): one norm over the last dim
-  serves both, row for row what two norms compute;
-- the rotated channels of q and k of all heads as one ``(B, S, 2H, rot)`` tensor for one
-  ``npu_rotary_mul`` (``rotate_in_place``), written back into the normalized q and k;
+- q and k of all heads gathered from ``qkv`` in one ``index_select`` (``qk_order``), each head's
+  channels reordered so that its halves start with the rot/2 rotated pairs' first and second
+  elements: the norm over a head does not depend on channel order, ``npu_rotary_mul`` over the
+  whole head then pairs ``(i, i + D/2)`` as ComfyUI pairs ``(i, i + rot/2)``, with ``r1 = 1,
+  r2 = 0`` on the channels ComfyUI leaves alone, and ``q . k`` is the same sum in another order.
+  One gather, one norm and one rotary for q and k of all heads, no copy;
 - ``gated_silu``: the FFN's gate as ComfyUI computes it, for calls the fused op does not take.
 
 Pure tensor code; imports nothing of the shim.
@@ -17,28 +19,44 @@ Pure tensor code; imports nothing of the shim.
 
 from __future__ import annotations
 
-from typing import Callable
+from typing import Callable, Optional
 
 import torch
 
 HALF = "half"
 
 
-def qk_pairs(qkv: torch.Tensor, dim_head: int) -> torch.Tensor:
-    """q and k of ``qkv`` ``(B, S, H, 3 * dim_head)`` as one view ``(B, S, H, 2, dim_head)``."""
-    return qkv[..., : 2 * dim_head].unflatten(-1, (2, dim_head))
+def head_order(dim_head: int, rot: int) -> list:
+    """A head's channels in the order ``qk_order`` gathers them: ``[a, u1, b, u2]`` where ``a`` and
+    ``b`` are the first and second elements of the rot/2 rotated pairs and ``u1``, ``u2`` the two
+    halves of the channels past ``rot`` (``dim_head - rot`` even). ``rot`` 0: the head as it is."""
+    if rot == 0:
+        return list(range(dim_head))
+    pairs, rest = rot // 2, (dim_head - rot) // 2
+    return (list(range(pairs)) + list(range(rot, rot + rest))
+            + list(range(pairs, rot)) + list(range(rot + rest, dim_head)))
 
 
-def rotate_in_place(rotary: Callable, qk: torch.Tensor, r1: torch.Tensor, r2: torch.Tensor, rot: int) -> None:
-    """Rotate the first ``rot`` channels of every head of q and k in ``qk`` (contiguous ``(B, S, H, 2, D)``).
+def qk_order(heads: int, dim_head: int, rot: int) -> torch.Tensor:
+    """Indices into a row of ``qkv`` (``heads * 3 * dim_head``, each head ``[q | k | v]``) that give
+    ``(heads, 2, dim_head)``: q then k of every head, channels in ``head_order``."""
+    order = torch.tensor(head_order(dim_head, rot), dtype=torch.long)
+    starts = torch.arange(heads * 3, dtype=torch.long).view(heads, 3)[:, :2] * dim_head
+    return (starts.unsqueeze(-1) + order).flatten()
 
-    ``rotary(x, r1, r2, "half")`` is ``r1 * x + r2 * cat(-x2, x1)`` over x's last dim (torch_npu's
-    ``npu_rotary_mul``); r1, r2 ``(B, S, 1, rot)`` broadcast over the ``2H`` heads of q and k.
-    Two copies (the rotated channels out of ``qk`` and back) around one rotary call.
-    """
-    b, s, h, two, d = qk.shape
-    part = qk.view(b, s, h * two, d)[..., :rot]
-    part.copy_(rotary(part.contiguous(), r1, r2, HALF))
+
+def normed_rotated_qk(qkv: torch.Tensor, index: torch.Tensor, dim_head: int, norm: Callable,
+                      rotary: Optional[Callable] = None, r1=None, r2=None) -> tuple:
+    """q and k of ``qkv`` ``(B, S, H * 3 * dim_head)`` normalized and rotated, each ``(B, S, H, dim_head)``
+    with its channels in ``head_order``: one gather (``index``: ``qk_order``), one ``norm(x)`` over
+    every head of q and k, one ``rotary(x, r1, r2, "half")`` (``npu_rotary_mul``; skipped when None)
+    with the coefficients widened to the head (``rope.rotary_coefficients(..., width=dim_head)``)."""
+    b, s = qkv.shape[0], qkv.shape[1]
+    heads = index.numel() // (2 * dim_head)
+    qk = norm(torch.index_select(qkv, -1, index).view(b, s, 2 * heads, dim_head))
+    if rotary is not None:
+        qk = rotary(qk, r1, r2, HALF)
+    return qk.view(b, s, heads, 2, dim_head).unbind(-2)
 
 
 def gated_silu(h: torch.Tensor) -> torch.Tensor:

@@ -7,16 +7,18 @@ channels of q and k (a copy and an ``npu_rotary_mul`` each under the shim's RoPE
 two copies writing them back, and ``F.silu(gate).mul_(up)`` (two kernels). On NPU tensors this
 patch runs the same numbers in fewer kernels (``npu_math/vit_blocks.py``):
 
-- q and k normalized by one ``comfy.rmsnorm.rms_norm`` call over their joint view (the shim's
-  ``aten::rms_norm`` kernel: a copy and one ``npu_rms_norm``), equal row for row;
-- one ``npu_rotary_mul`` for the rotated channels of q and k of all heads (a copy out and a copy
-  back), with the coefficients ``(cos, sin)`` built from ComfyUI's rotation table once per decoder
-  forward (the table is made there and only read by the blocks; kept for that forward only);
+- q and k of all heads gathered out of ``qkv`` by one ``index_select``, each head's channels
+  reordered (``vit_blocks.head_order``) so that one ``npu_rms_norm`` normalizes them all and one
+  ``npu_rotary_mul`` over whole heads rotates ComfyUI's pairs, leaving the other channels as they
+  are (``r1 = 1, r2 = 0``): no copy. Both norm and attention are sums over a head's channels,
+  which the order does not change; the coefficients are built from ComfyUI's rotation table once
+  per decoder forward (the table is made there and only read by the blocks; kept for that forward);
 - the gated SiLU as one ``npu_swiglu`` (first half through swish, as ComfyUI's ``chunk``), whose
   one rounding replaces eager's two (fp16: within an output ulp but where silu(gate) is subnormal).
 
 Declined (ComfyUI's own forward runs, on the device): tensors off the NPU, dtypes other than
-fp16/bf16/fp32, q/k norms with weights or different eps, a table of another shape or dtype,
+fp16/bf16/fp32, q/k norms with weights or different eps, a table of another shape or dtype
+(or one leaving an odd number of channels unrotated),
 calls that need gradients, and where a one-call probe of the op with a known answer failed; an
 op that refuses a call also hands it back. ``ASCEND_SHIM_DISABLE=minimax_vae_fused`` leaves
 ComfyUI's forwards alone.
@@ -57,6 +59,7 @@ class FusedPaths:
     def __init__(self):
         self._lock = threading.Lock()
         self._verdicts: dict = {}
+        self._indices: dict = {}
         self._scope = threading.local()
         self.calls: collections.Counter = collections.Counter()
 
@@ -97,18 +100,31 @@ class FusedPaths:
     def leave_decoder(self, previous):
         self._scope.tables = previous
 
-    def coefficients(self, table):
-        """``(r1, r2)`` of ComfyUI's rotation table, once per table within one decoder forward."""
+    def coefficients(self, table, width):
+        """``(r1, r2)`` of ComfyUI's rotation table over ``width`` channels (``vit_blocks.head_order``),
+        once per table within one decoder forward."""
         from ascend_shim.npu_math import rope
 
         tables = getattr(self._scope, "tables", None)
-        entry = tables.get(id(table)) if tables is not None else None
+        entry = tables.get((id(table), width)) if tables is not None else None
         if entry is not None and entry[0] is table:
             return entry[1], entry[2]
-        r1, r2 = rope.rotary_coefficients(table, split_half=True)
+        r1, r2 = rope.rotary_coefficients(table, split_half=True, width=width)
         if tables is not None:
-            tables[id(table)] = (table, r1, r2)  # holds the table: its id stays its own
+            tables[(id(table), width)] = (table, r1, r2)  # holds the table: its id stays its own
         return r1, r2
+
+    def qk_index(self, heads, dim_head, rot, device):
+        """``vit_blocks.qk_order`` on the device, made once per shape and device."""
+        from ascend_shim.npu_math import vit_blocks
+
+        key = (heads, dim_head, rot, str(device))
+        index = self._indices.get(key)
+        if index is None:
+            made = vit_blocks.qk_order(heads, dim_head, rot).to(device)
+            with self._lock:
+                index = self._indices.setdefault(key, made)
+        return index
 
     def report(self):
         with self._lock:
@@ -146,7 +162,8 @@ def attention_decline(attn, x, table):
     if table is not None:
         shape = tuple(table.shape)
         if (table.dim() != 6 or shape[-2:] != (2, 2) or shape[2] != 1 or shape[1] != x.shape[1]
-                or shape[0] not in (1, x.shape[0]) or 2 * shape[-3] > attn.dim_head):
+                        or shape[0] not in (1, x.shape[0]) or 2 * shape[-3] > attn.dim_head
+                or (attn.dim_head - 2 * shape[-3]) % 2):
             return "rotation table of shape %s" % (shape,)
         if table.dtype != x.dtype or table.device != x.device:
             return "rotation table of another dtype or device"
@@ -160,15 +177,20 @@ def _fused_attention(vae, attn, x, table):
     b, s, _ = x.shape
     d = attn.dim_head
     qkv = attn.to_qkv(x)
-    if qkv.dtype != x.dtype:
-        raise _Declined("to_qkv gave %s" % qkv.dtype)
-    qkv = qkv.view(b, s, -1, 3 * d)
-    qk = vae.comfy.rmsnorm.rms_norm(vit_blocks.qk_pairs(qkv, d), None, attn.norm_q.eps).contiguous()
-    if table is not None:
-        r1, r2 = PATHS.coefficients(table)
-        vit_blocks.rotate_in_place(PATHS.ops().npu_rotary_mul, qk, r1, r2, 2 * table.shape[-3])
-    query, key = qk.unbind(-2)
-    value = qkv[..., 2 * d:]
+    if qkv.dtype != x.dtype or qkv.dim() != 3 or qkv.shape[-1] % (3 * d):
+        raise _Declined("to_qkv gave %s %s" % (qkv.dtype, tuple(qkv.shape)))
+    heads = qkv.shape[-1] // (3 * d)
+    index = PATHS.qk_index(heads, d, 2 * table.shape[-3] if table is not None else 0, qkv.device)
+
+    def norm(t):
+        return vae.comfy.rmsnorm.rms_norm(t, None, attn.norm_q.eps)
+
+    if table is None:
+        query, key = vit_blocks.normed_rotated_qk(qkv, index, d, norm)
+    else:
+        r1, r2 = PATHS.coefficients(table, d)
+        query, key = vit_blocks.normed_rotated_qk(qkv, index, d, norm, PATHS.ops().npu_rotary_mul, r1, r2)
+    value = qkv.view(b, s, heads, 3 * d)[..., 2 * d:]
     out = vae.optimized_attention(query.transpose(1, 2), key.transpose(1, 2), value.transpose(1, 2),
                                   attn.heads, skip_reshape=True).nan_to_num_(0.0)
     return attn.to_out(out)
@@ -279,8 +301,8 @@ def apply(changes, vae):
 PATCH = Patch(
     name="minimax_vae_fused",
     target="comfy.ldm.minimax.vae",
-    summary="MiniMax-H3 video VAE decoder: q/k norms as one npu_rms_norm, their RoPE as one npu_rotary_mul, "
-            "the gated SiLU as one npu_swiglu, on NPU tensors",
+    summary="MiniMax-H3 video VAE decoder: q and k of all heads gathered once, normed by one npu_rms_norm and "
+            "rotated by one npu_rotary_mul, no copy; the gated SiLU as one npu_swiglu, on NPU tensors",
     guard=guard,
     apply=apply,
     version=versions.comfyui,
