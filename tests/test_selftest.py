@@ -15,6 +15,7 @@ import torch
 
 import harness
 from ascend_shim.commands.selftest import cases, checks, recording, reference
+from ascend_shim.commands.selftest import paths as device_paths
 
 KITCHEN = "0.2.40"
 
@@ -144,6 +145,13 @@ def quant(self, call):
     return out if out.dim() == 2 else out.reshape(-1, out.shape[-1]).flip(0).reshape(out.shape)
 backend.Int8Backend._quant = quant
 """ + RUN_SELFTEST
+# the decoder's q/k path gathering each head's channels in ComfyUI's order: the whole-head rotary
+# then pairs (i, i + 32) where ComfyUI rotates (i, i + 24)
+DECODER_GATHERS_COMFYUI_ORDER = """
+import sys
+from ascend_shim.npu_math import vit_blocks
+vit_blocks.head_order = lambda dim_head, rot: list(range(dim_head))
+""" + RUN_SELFTEST
 PRODUCT_BUGS = {
     "backend_skips_convrot": (BACKEND_SKIPS_CONVROT, {*CONVROT, *W4A8}),
     "backend_scrambles_3d_rows": (BACKEND_SCRAMBLES_3D_ROWS, {BATCH_3D, BATCH_SLICE}),
@@ -207,6 +215,10 @@ def test_the_clean_device_passes_every_case(bed_python, tmp_path):
         assert by_name[name]["cosine"] >= checks.COSINE_MIN and by_name[name]["qmm_max_err_ratio"] <= 1
     for name in FP8:
         assert by_name[name]["passed"] and by_name[name]["mismatches"] == 0
+    # the decoder's q/k path: the attention scores of float64 within the fp16 roundings
+    decoder = by_name[device_paths.DECODER_QK]
+    assert decoder["passed"] and 0 < decoder["score_max_err"] <= device_paths.DECODER_SCORE_MAX_ERR, decoder
+    print("decoder q/k scores: max error %.4g of %.4g" % (decoder["score_max_err"], decoder["score_max"]))
     versions = result["versions"]
     assert versions["cann"] == "9.1.0-beta.1" and versions["torch_npu"] == "2.12.0"
     assert versions["comfy_kitchen"] == KITCHEN and versions["torch"] == torch.__version__
@@ -256,6 +268,15 @@ def test_a_bug_in_the_product_backend_fails_the_selftest(bed_python, tmp_path, b
     for name in expected:
         assert not any(f.startswith("npu_") or "torch_npu." in f for f in failed[name]["failures"]), failed[name]
         assert any("against the float64 layer" in f for f in failed[name]["failures"]), failed[name]
+
+
+def test_the_decoder_qk_path_in_comfyuis_channel_order_fails_the_selftest(bed_python, tmp_path):
+    failed = assert_caught(run_selftest(bed_python, tmp_path, code=DECODER_GATHERS_COMFYUI_ORDER),
+                           {device_paths.DECODER_QK})
+    check = failed[device_paths.DECODER_QK]
+    assert check["score_max_err"] > 1, check  # a wrong partner, not a rounding
+    assert check["failures"][0].startswith("attention scores off by "), check
+    assert check["calls"][0]["call"] == "ascend_shim.npu_math.vit_blocks.normed_rotated_qk", check
 
 
 def test_a_call_this_cann_refuses_is_reported_with_its_arguments(bed_python, tmp_path):

@@ -10,7 +10,9 @@
 * ``torch.linalg.solve`` and ``lgamma`` as uni_pc and sa_solver call them: the shim's
   kernels (``aten/sampler_ops``) against float64 within their stated bounds;
 * fp8: the host-side decode (``npu_math.fp8.decode``) of all 256 codes of
-  each float8 format, exact against the value of its bit fields.
+  each float8 format, exact against the value of its bit fields;
+* the MiniMax-H3 video VAE decoder's q/k path (patch ``minimax_vae_fused``): one gather, one
+  norm, one ``npu_rotary_mul`` over whole heads, scored as the attention sees q and k.
 
 Each returns a list of check results, empty when this shim or kitchen lacks the path.
 """
@@ -169,7 +171,57 @@ def sampler_ops_checks(device: torch.device, backend: Int8Backend) -> list[dict]
     return [sampler_ops.device_check(device)]
 
 
+DECODER_QK = "MiniMax-H3 VAE decoder q/k: gather, norm, rotary over whole heads"
+# the decoder's attention: 32 heads of 64, 48 channels rotated; fp16 as ComfyUI decodes it
+DECODER_HEADS, DECODER_HEAD, DECODER_ROT, DECODER_TOKENS, DECODER_EPS = 32, 64, 48, 130, 1e-5
+# q and k rows are RMS-normed (|value| about 1); two fp16 roundings each put a score of 64 terms
+# within about 0.03 of float64; a pair rotated with the wrong partner is off by 1 or more
+DECODER_SCORE_MAX_ERR = 2.0 ** -3
+
+
+def decoder_qk_checks(device: torch.device, backend: Int8Backend) -> list[dict]:
+    """The ``minimax_vae_fused`` patch's q/k path (``vit_blocks.normed_rotated_qk``) on the device,
+    through the norm ComfyUI calls (``F.rms_norm``) and ``npu_rotary_mul``: the attention scores it
+    gives against ComfyUI's definition in float64 (scores: the channel order is the path's own)."""
+    ops = sys.modules.get("torch_npu")
+    if getattr(ops, "npu_rotary_mul", None) is None:
+        return []
+    from ascend_shim.npu_math import rope, vit_blocks
+
+    heads, d, rot, tokens = DECODER_HEADS, DECODER_HEAD, DECODER_ROT, DECODER_TOKENS
+    generator = torch.Generator().manual_seed(11)
+    qkv = (torch.randn(tokens, heads * 3 * d, generator=generator) * 3).half()
+    angle = torch.rand(tokens, rot // 2, generator=generator, dtype=torch.float64) * 6.3
+    table = torch.stack((angle.cos(), -angle.sin(), angle.sin(), angle.cos()), -1).reshape(tokens, rot // 2, 2, 2).half()
+    result: dict[str, Any] = {"name": DECODER_QK, "path": "minimax_vae_fused"}
+    failures = []
+    try:
+        table_dev = table.reshape(1, tokens, 1, rot // 2, 2, 2).to(device)
+        r1, r2 = rope.rotary_coefficients(table_dev, split_half=True, width=d)
+        index = vit_blocks.qk_order(heads, d, rot).to(device)
+
+        def norm(t: torch.Tensor) -> torch.Tensor:
+            return torch.nn.functional.rms_norm(t, (d,), None, DECODER_EPS)
+
+        q, k = vit_blocks.normed_rotated_qk(qkv.unsqueeze(0).to(device), index, d, norm, ops.npu_rotary_mul, r1, r2)
+    except Exception as exc:
+        failures.append("the path raised %s: %s" % (type(exc).__name__, exc))
+    else:
+        scores = torch.einsum("shc,thc->hst", reference.f64(q[0]), reference.f64(k[0]))
+        want = reference.decoder_qk_scores(qkv, table, heads, d, DECODER_EPS)
+        err = float((scores - want).abs().max())
+        result.update(score_max_err=err, score_max=float(want.abs().max()))
+        if not err <= DECODER_SCORE_MAX_ERR:  # NaN fails too
+            failures.append("attention scores off by %.4g (at most %.4g expected)" % (err, DECODER_SCORE_MAX_ERR))
+    result.update(passed=not failures, failures=failures,
+                  calls=[{"call": "ascend_shim.npu_math.vit_blocks.normed_rotated_qk",
+                          "arguments": {"qkv": "float16 [1, %d, %d]" % (tokens, heads * 3 * d), "dim_head": d,
+                                        "rotated": rot, "rotary": "torch_npu.npu_rotary_mul",
+                                        "norm": "torch.nn.functional.rms_norm"}}])
+    return [result]
+
+
 # each returns the results of one more device path; empty when this shim lacks it
 EXTRA_CHECKS: tuple[Callable[[torch.device, Int8Backend], list[dict]], ...] = (
-    int_mm_checks, w4a8_checks, fp8_checks, sampler_ops_checks)
+    int_mm_checks, w4a8_checks, fp8_checks, sampler_ops_checks, decoder_qk_checks)
 

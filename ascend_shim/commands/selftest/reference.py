@@ -64,3 +64,23 @@ def fp8_value(bits: torch.Tensor, exponent_bits: int, mantissa_bits: int, finite
         return torch.where(top & (mantissa == (1 << mantissa_bits) - 1), float("nan"), value)
     value = torch.where(top & (mantissa == 0), sign * float("inf"), value)
     return torch.where(top & (mantissa != 0), float("nan"), value)
+
+
+def decoder_qk_scores(qkv: torch.Tensor, table: torch.Tensor, heads: int, dim_head: int, eps: float) -> torch.Tensor:
+    """What the MiniMax-H3 video VAE decoder's attention sees of q and k: ``(heads, S, S)`` scores
+    ``q . k`` per head, from ComfyUI's definition: each head's ``[q | k | v]`` in ``qkv``
+    ``(S, heads * 3 * dim_head)``, q and k RMS-normed without weight, their first ``2P`` channels
+    rotated split-half (pair ``(i, i + P)``) by ``table`` ``(S, P, 2, 2)``, float64."""
+    x = f64(qkv).reshape(qkv.shape[0], heads, 3, dim_head)
+    m = f64(table).unsqueeze(1)  # (S, 1, P, 2, 2): one table for every head
+    pairs = m.shape[-3]
+    out = []
+    for part in (0, 1):
+        v = x[:, :, part, :]
+        v = v / torch.sqrt((v * v).mean(dim=-1, keepdim=True) + eps)
+        a, b, rest = v[..., :pairs], v[..., pairs:2 * pairs], v[..., 2 * pairs:]
+        first = m[..., 0, 0] * a + m[..., 0, 1] * b
+        second = m[..., 1, 0] * a + m[..., 1, 1] * b
+        out.append(torch.cat((first, second, rest), dim=-1))
+    q, k = out
+    return torch.einsum("shc,thc->hst", q, k)
