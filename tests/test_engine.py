@@ -235,6 +235,58 @@ def test_wrapped_functions_pickle_by_reference(wrapped_target):
     assert pickle.loads(pickle.dumps(holder))() == 2
 
 
+ACTOR_SOURCE = """
+import wrapt
+
+helper = wrapt.CallableObjectProxy(len)  # a global as the shim's proxies make them (raylight_workers' torch)
+
+
+class Worker:
+    def load(self, items):
+        return helper(items)
+
+    @classmethod
+    def kind(cls):
+        return cls.__name__
+"""
+
+
+def test_a_wrapped_method_reached_through_its_class_is_one_object_that_pickles_by_reference(target):
+    mod = target(ACTOR_SOURCE)
+    changes = Changes()
+    changes.wrap(mod.Worker, "load", plus_one)
+    changes.wrap(mod.Worker, "kind", plus_one_name)
+
+    class Sub(mod.Worker):
+        pass
+
+    assert mod.Worker.load is mod.Worker.load and Sub.load is mod.Worker.load  # as a function is
+    assert pickle.loads(pickle.dumps(mod.Worker.load)) is mod.Worker.load
+    assert mod.Worker.load(mod.Worker(), [1, 2]) == 3 and mod.Worker().load([1]) == 2
+    assert Sub.kind() == "Sub!" and mod.Worker.kind() == "Worker!"  # a classmethod binds each class
+    changes.undo()
+    assert mod.Worker().load([1]) == 1
+
+
+def plus_one_name(wrapped, instance, args, kwargs):
+    return wrapped(*args, **kwargs) + "!"
+
+
+def test_a_ray_actor_class_with_a_wrapped_method_exports_and_runs(target):
+    """Ray wraps every method of an actor class as read from the class (its tracing hook) and pickles
+    those with the class: a wrapped method must pickle as its name, not by value with its globals."""
+    actor = pytest.importorskip("ray.actor")
+    from ray import cloudpickle
+    from ray.util.tracing.tracing_helper import _inject_tracing_into_class
+
+    mod = target(ACTOR_SOURCE)
+    Changes().wrap(mod.Worker, "load", plus_one)
+    exported = actor._modify_class(mod.Worker)
+    _inject_tracing_into_class(exported)
+    worker = pickle.loads(cloudpickle.dumps(exported))()
+    assert worker.load([1, 2, 3]) == 4
+
+
 def test_wrapped_functions_copy_as_themselves(wrapped_target):
     mod, _ = wrapped_target
     assert copy.copy(mod.f) is mod.f and copy.deepcopy(mod.f) is mod.f

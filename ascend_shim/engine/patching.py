@@ -110,14 +110,39 @@ def _wrapper_class():
     """A wrapt FunctionWrapper that behaves like the function it replaces.
 
     Plain functions pickle by reference and copy as themselves; so do these
-    (wrapt's proxies refuse both). The ``enabled`` switch lets an undo turn a
-    wrapper off where another wrapper was stacked on top of it.
+    (wrapt's proxies refuse both). A method reached through its class is so too:
+    one object for every such access (``A.f is A.f``, as for a plain function)
+    that pickles as ``A.f``. Ray's actors need it: Ray wraps each method of an
+    actor class as read from the class and pickles those wrappers with the class,
+    each method by reference where it is found again under its name. The
+    ``enabled`` switch lets an undo turn a wrapper off where another wrapper was
+    stacked on top of it.
     """
     global _ShimWrapper
     if _ShimWrapper is None:
         import wrapt
 
+        class ShimBoundWrapper(wrapt.BoundFunctionWrapper):
+            def __reduce_ex__(self, protocol):
+                return self.__qualname__
+
+            def __reduce__(self):
+                return self.__qualname__
+
         class ShimWrapper(wrapt.FunctionWrapper):
+            __bound_function_wrapper__ = ShimBoundWrapper
+
+            def __get__(self, instance, owner=None):
+                bound = super().__get__(instance, owner)
+                # a classmethod binds its class, so only a plain function's is one object for every class
+                if instance is not None or type(bound) is not ShimBoundWrapper or self._self_binding != "function":
+                    return bound
+                try:  # a function reached through a class: the one object of every such access
+                    return object.__getattribute__(self, "_self_through_class")
+                except AttributeError:
+                    self._self_through_class = bound
+                    return bound
+
             def __reduce_ex__(self, protocol):
                 return self.__qualname__
 

@@ -40,6 +40,7 @@ from ascend_shim.patches.comfyui.reports import announce, attention_account, aud
 from ascend_shim.patches.kitchen import int8 as kitchen_int8
 from ascend_shim.patches.kitchen import priority as kitchen_priority
 from ascend_shim.patches.raylight import attention as raylight_attention
+from ascend_shim.patches.raylight import base_cache as raylight_base_cache
 from ascend_shim.patches.raylight import cache_sync as raylight_cache_sync
 from ascend_shim.patches.raylight import controlnet as raylight_controlnet
 from ascend_shim.patches.raylight import nodes as raylight_nodes
@@ -99,6 +100,7 @@ PATCHES = [
     raylight_nodes.PATCH,
     raylight_cache_sync.PATCH,
     raylight_compile.PATCH,
+    raylight_base_cache.PATCH,
     yunchang_sync.PATCH,
     yunchang_ring.PATCH,
     prompt_stages.PATCH,

@@ -65,6 +65,8 @@ and runs the cases asked for, in order, each architecture of ``--arch`` in turn:
               of 12 x 24 x 24 (39 frames of 384 x 384, which that VAE, tiling itself, decodes as 8 tiles)
               decoded by RayVAEDecodeDistributed over the workers and by ComfyUI's VAEDecode here on one
               card; each process records the tile calls it computed and its ops
+  lora_cached raylight's cached base model (2 cards, Ulysses 2): MiniMax-H3 sampled without a LoRA, then the same
+              model with a LoRA on the same workers; each worker's card memory and whether it read the file again
   dead_ring   right after a ring case (its workers): the last worker's process ends inside its first ring
               step's attention; the sampler's error, RayKill, and the other workers' processes gone
   dead_worker right after ``ray2``, ``vae_decode`` or ``minimax_decode`` (their workers, a model loaded): one
@@ -575,6 +577,59 @@ def case_lora2(out, fsdp=False):
     if not fsdp and CASES[CASES.index(out["name"]) + 1:][:1] == ["gguf2"]:
         LIVE["init"] = init  # gguf2 loads its model on these workers
         return
+    kill(actors)
+    out["stage"] = "killed"
+
+
+def card_memory(actor, mark=False):
+    """A worker's card memory (bytes now, peak since the last mark) and whether its cached base model is
+    the one it held at the last mark; ``mark``: the peak starts again from what is held now, and the
+    cached base model is marked."""
+
+    def look(worker):
+        import torch as _torch
+
+        cached = getattr(worker, "cached_base_model", None)
+        if mark:
+            _torch.npu.reset_peak_memory_stats()
+            if cached is not None:
+                cached.e2e_marked = True
+        return {"allocated": _torch.npu.memory_allocated(), "peak": _torch.npu.max_memory_allocated(),
+                "cached_base_marked": bool(getattr(cached, "e2e_marked", False))}
+
+    import ray
+
+    return ray.get(actor.__ray_call__.remote(look), timeout=120)
+
+
+def case_lora_cached(out):
+    """raylight's cached base model (non-FSDP, 2 cards, Ulysses 2): MiniMax-H3 sampled without a LoRA, then
+    the same model with RayLoraLoader's LoRA on the same workers, against ComfyUI's LoraLoaderModelOnly on
+    one card; each worker's card memory while it switches and samples, and whether its base model is the
+    one it had cached or one read from the file again."""
+    arch = ARCHS[0]
+    (model,) = nodes.UNETLoader().load_unet(UNETS[arch], "default")
+    lora_name, out["lora_layers"] = tiny_lora(model)
+    (with_lora,) = nodes.LoraLoaderModelOnly().load_lora_model_only(model, lora_name, LORA_STRENGTH)
+    (latent,) = nodes.KSamplerAdvanced().sample(model=with_lora, **SAMPLINGS[arch])
+    torch.save(flat(latent["samples"]), os.path.join(OPTS.out_dir, "reference-lora-cached-%s.pt" % arch))
+    del model, with_lora
+    mm.unload_all_models()
+    out["stage"] = "one card sampled"
+    (init,) = RAY["RayInitializer"]().spawn_actor(**dict(INIT, GPU=2, ulysses_degree=2, skip_comm_test=True))
+    (actors,) = RAY["RayUNETLoader"]().load_ray_unet(ray_actors_init=init, unet_name=UNETS[arch],
+                                                     weight_dtype="default")
+    _latent, actors = RAY["XFuserKSamplerAdvanced"]().ray_sample(ray_actors=actors, **SAMPLINGS[arch])
+    workers = actors["workers"]
+    out["before"] = [card_memory(actor, mark=True) for actor in workers]
+    out["stage"] = "sampled without the LoRA"
+    (lora,) = RAY["RayLoraLoader"]().load_lora(lora_name, LORA_STRENGTH)
+    (actors,) = RAY["RayUNETLoader"]().load_ray_unet(ray_actors_init=init, unet_name=UNETS[arch],
+                                                     weight_dtype="default", lora=lora)
+    latent, actors = RAY["XFuserKSamplerAdvanced"]().ray_sample(ray_actors=actors, **SAMPLINGS[arch])
+    torch.save(flat(latent["samples"]), os.path.join(OPTS.out_dir, "%s-%s.pt" % (out["name"], arch)))
+    out["after"] = [card_memory(actor) for actor in actors["workers"]]
+    out["stage"] = "sampled with the LoRA"
     kill(actors)
     out["stage"] = "killed"
 

@@ -198,7 +198,8 @@ def test_the_patches_apply_in_comfyui_and_the_console_says_how_the_attention_run
         "raylight_xfuser": "applied", "raylight_ranks": "applied", "raylight_workers": "applied",
         "raylight_controlnet": "applied", "raylight_vae_share": "applied",
         "raylight_attention": "applied", "raylight_nodes": "applied", "raylight_cache_sync": "applied",
-        "raylight_compile": "applied", "yunchang_sync": "applied", "yunchang_ring": "applied"}
+        "raylight_compile": "applied", "raylight_base_cache": "applied", "yunchang_sync": "applied",
+        "yunchang_ring": "applied"}
     said = [line for line in users["stderr"].splitlines() if line.startswith("ascend_shim: raylight's")]
     assert said == ["ascend_shim: raylight's XFuser_attention=TORCH_FLASH has no NPU kernel: each card's part of "
                     "the attention runs torch's scaled_dot_product_attention, which torch_npu serves with its fused "
@@ -542,9 +543,33 @@ def test_minimax_h3s_video_decode_spreads_over_the_cards_with_the_frames_of_one_
 def loras(bed_python, tmp_path_factory):
     """The users' pair on 2 cards: raylight's model-patch nodes on a Wan 2.1 CFG workflow (``patched2``),
     then a LoRA on MiniMax-H3 on the same workers (``lora2``), then a Q8_0 GGUF of Wan 2.1 through
-    RayGGUFLoader on them too (``gguf2``), then a LoRA under FSDP (``lora2fsdp``)."""
+    RayGGUFLoader on them too (``gguf2``), then a LoRA under FSDP (``lora2fsdp``), then a LoRA switch on a
+    model the workers keep cached (``lora_cached``)."""
     return run_in(tmp_path_factory, bed_python, "raylight-lora", USERS, 2,
-                  ["patched2", "lora2", "gguf2", "lora2fsdp"], arch="minimax,wan", variant="int8")
+                  ["patched2", "lora2", "gguf2", "lora2fsdp", "lora_cached"], arch="minimax,wan", variant="int8")
+
+
+def test_a_lora_switch_on_a_cached_model_reads_the_file_again_as_raylight_does_on_cuda(loras):
+    """raylight keeps a worker's loaded model as its cached base; asked for the same model with a LoRA, it
+    frees the cached weights and reads the file again where they are on CUDA, and patches a clone of them
+    elsewhere, holding the original weights beside their patched copies on the card. On the NPU workers the
+    shim (``raylight_base_cache``) takes raylight's CUDA step: each worker's cached base is a new one read
+    from the file (a clone of the old would keep the mark put on it), with the latent of ComfyUI's LoRA
+    loader on one card."""
+    case, folder = loras["cases"]["lora_cached"], loras["folder"]
+    assert case["result"] == "ok", case.get("error")
+    ray = torch.load(folder / "lora_cached-minimax.pt")
+    reference = torch.load(folder / "reference-lora-cached-minimax.pt")
+    cosine = torch.nn.functional.cosine_similarity(ray, reference, dim=0).item()
+    max_abs, scale = (ray - reference).abs().max().item(), reference.abs().max().item()
+    print("lora_cached: cosine %.8f, max |diff| %.3g of %.3g; card memory before %s, after %s"
+          % (cosine, max_abs, scale, case["before"], case["after"]))
+    assert cosine > 0.9999 and max_abs < 0.03 * scale, (cosine, max_abs, scale)  # lora2's bound
+    assert len(case["before"]) == len(case["after"]) == 2
+    for before, after in zip(case["before"], case["after"]):
+        assert before["cached_base_marked"] is True, before
+        assert after["cached_base_marked"] is False, after  # read from the file, not the cached clone
+        assert after["allocated"] == before["allocated"], (before, after)  # the same model held after
 
 
 @pytest.mark.parametrize("name,loader", [("lora2", "lora"), ("lora2fsdp", "lora-bypass")])

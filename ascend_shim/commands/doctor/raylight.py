@@ -17,8 +17,8 @@ from ascend_shim.engine import versions
 
 NEEDS = (("ray", "2.48"), ("xfuser", "0.4.4"), ("yunchang", None), ("einops", None))
 RAYLIGHT_PATCHES = ("raylight_workers", "raylight_controlnet", "raylight_vae_share", "raylight_xfuser", "raylight_ranks",
-                    "raylight_attention", "raylight_nodes", "raylight_cache_sync", "raylight_compile", "yunchang_sync",
-                    "yunchang_ring")
+                    "raylight_attention", "raylight_nodes", "raylight_cache_sync", "raylight_compile", "raylight_base_cache",
+                    "yunchang_sync", "yunchang_ring")
 
 
 def _numbers(version: str) -> tuple:

@@ -183,8 +183,8 @@ def decoder_qk_checks(device: torch.device, backend: Int8Backend) -> list[dict]:
     """The ``minimax_vae_fused`` patch's q/k path (``vit_blocks.normed_rotated_qk``) on the device,
     through the norm ComfyUI calls (``F.rms_norm``) and ``npu_rotary_mul``: the attention scores it
     gives against ComfyUI's definition in float64 (scores: the channel order is the path's own)."""
-    ops = sys.modules.get("torch_npu")
-    if getattr(ops, "npu_rotary_mul", None) is None:
+    rotary = getattr(sys.modules.get("torch_npu"), "npu_rotary_mul", None)
+    if rotary is None:
         return []
     from ascend_shim.npu_math import rope, vit_blocks
 
@@ -203,7 +203,7 @@ def decoder_qk_checks(device: torch.device, backend: Int8Backend) -> list[dict]:
         def norm(t: torch.Tensor) -> torch.Tensor:
             return torch.nn.functional.rms_norm(t, (d,), None, DECODER_EPS)
 
-        q, k = vit_blocks.normed_rotated_qk(qkv.unsqueeze(0).to(device), index, d, norm, ops.npu_rotary_mul, r1, r2)
+        q, k = vit_blocks.normed_rotated_qk(qkv.unsqueeze(0).to(device), index, d, norm, rotary, r1, r2)
     except Exception as exc:
         failures.append("the path raised %s: %s" % (type(exc).__name__, exc))
     else:
