@@ -473,9 +473,7 @@ def share_counted(vae, samples, cards):
 
     model = vae.first_stage_model
     predict = vae_share._tile_shape(model.decoder)
-    mm.load_models_gpu([vae.patcher], memory_required=vae.memory_used_decode(samples.shape, vae.vae_dtype),
-                       force_full_load=vae.disable_offload)
-    z = samples.to(device=vae.device, dtype=vae.vae_dtype)
+    z = vae_share.on_the_card(vae, samples)
     calls = []
     compute = model._decode_pixels
 

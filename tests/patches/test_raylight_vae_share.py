@@ -124,8 +124,18 @@ vars(model).pop("blend", None)
 dist.destroy_process_group()
 
 alone = out["no_group"] = {}  # the workers share no process group
+decodes, decode = [], model.decode
+
+
+def counted(z):  # ComfyUI's decode, run whole or on empty tiles to plan the shape
+    decodes.append(z.device.type)
+    return decode(z)
+
+
+model.decode = counted
 try:
     part, alone["stderr"] = partial(2)
+    alone["decodes"] = len(decodes)
     alone["tiles"], alone["shape"] = len(part["tiles"]), list(part["output_shape"])
     if part["tiles"]:
         alone["equal"] = torch.equal(part["tiles"][0][-1], one_card())
@@ -173,6 +183,8 @@ def test_shared_tiles_give_one_cards_frames_a_failed_tile_stops_every_rank_else_
     assert "error" not in one and "error" not in two, (one, two)
     assert (one["tiles"], one["equal"], two["tiles"]) == (1, True, 0), (one, two)
     assert one["shape"] == two["shape"] == [1, 3, 39, 384, 384]
+    # worker 0 runs ComfyUI's decode once, whole; the other once, on empty tiles, for the shape alone
+    assert (one["decodes"], two["decodes"]) == (1, 1), (one, two)
     assert one["stderr"] == ("ascend_shim: warning: raylight's distributed VAE decode: the workers share no "
                              "process group, so worker 0's card decodes the MiniMax-H3 video whole (ComfyUI's own "
                              "decode)\n"), one

@@ -64,6 +64,15 @@ def _partial(shape, latent, tiles):
              "feather": (0, 0), "tiles": tiles}]
 
 
+def on_the_card(vae, latent):
+    """``latent`` on ``vae``'s card in its dtype, the VAE loaded there as ComfyUI's decode loads it."""
+    import comfy.model_management as model_management
+
+    memory = vae.memory_used_decode(latent.shape, vae.vae_dtype)
+    model_management.load_models_gpu([vae.patcher], memory_required=memory, force_full_load=vae.disable_offload)
+    return latent.to(device=vae.device, dtype=vae.vae_dtype)
+
+
 def _decode(worker, latent, job_rank, job_world_size, predict):
     import comfy.model_management as model_management
     import torch
@@ -72,22 +81,20 @@ def _decode(worker, latent, job_rank, job_world_size, predict):
 
     vae = worker.vae_model
     model = vae.first_stage_model
-    memory = vae.memory_used_decode(latent.shape, vae.vae_dtype)
-    model_management.load_models_gpu([vae.patcher], memory_required=memory, force_full_load=vae.disable_offload)
     dist, why = _world(job_rank, job_world_size)
     with model_management.cuda_device_context(vae.device), torch.inference_mode():
-        z = latent.to(device=vae.device, dtype=vae.vae_dtype)
+        z = on_the_card(vae, latent)
         run = lambda: model.decode(z)  # noqa: E731  (ComfyUI's own decode of this VAE)
         if dist is not None:
             frames, shape, why = tile_share.decode_shared(run, model, TILE_CALL, predict, dist, vae.device)
         else:
-            shape = tile_share.planned_shape(run, model, TILE_CALL, predict)
-            # worker 0 decodes it whole; the others need only its shape (where even that cannot be
-            # planned, with no group to ask, they decode it too and keep just the shape)
+            # worker 0 decodes it whole; the others need only its shape, planned on empty tiles (where
+            # even that cannot be planned, with no group to ask, they decode it too and keep the shape)
+            shape = None if job_rank == 0 else tile_share.planned_shape(run, model, TILE_CALL, predict)
             frames = None
-            if job_rank == 0 or shape is None:
+            if shape is None:
                 frames = run()
-                shape = shape or tuple(frames.shape)
+                shape = tuple(frames.shape)
             if job_rank != 0:
                 frames = None
         if why is not None and job_rank == 0:
