@@ -168,8 +168,7 @@ def table(title, results, peaks, per_step_label):
             continue
         bound = sum(r[4] for r in s.values())
         print("%s: roofline bound %.2f s %s" % (name, bound, per_step_label(bound)))
-    base = sums.get("unfused")
-    if base and sums.get("shim"):  # the fused decoder blocks' change, counted side by side in this run
+    if sums.get("unfused") and sums.get("shim"):  # the fused decoder blocks' change, counted side by side
         before, after = (sum(r[0] for r in sums[n].values()) for n in ("unfused", "shim"))
         print("shim against unfused: %d -> %d kernels (%+.1f %%)" % (before, after, 100.0 * (after - before) / before))
 

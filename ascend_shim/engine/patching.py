@@ -122,14 +122,21 @@ def _wrapper_class():
     if _ShimWrapper is None:
         import wrapt
 
-        class ShimBoundWrapper(wrapt.BoundFunctionWrapper):
+        class PicklesByName:
+            """Pickled as the name of the function wrapped (its ``__qualname__``, through the proxy)."""
+
+            __slots__ = ()
+
             def __reduce_ex__(self, protocol):
-                return self.__qualname__
+                return self.__reduce__()
 
             def __reduce__(self):
-                return self.__qualname__
+                return self.__qualname__  # type: ignore[attr-defined]  # the wrapped function's
 
-        class ShimWrapper(wrapt.FunctionWrapper):
+        class ShimBoundWrapper(PicklesByName, wrapt.BoundFunctionWrapper):
+            pass
+
+        class ShimWrapper(PicklesByName, wrapt.FunctionWrapper):
             __bound_function_wrapper__ = ShimBoundWrapper
 
             def __get__(self, instance, owner=None):
@@ -142,12 +149,6 @@ def _wrapper_class():
                 except AttributeError:
                     self._self_through_class = bound
                     return bound
-
-            def __reduce_ex__(self, protocol):
-                return self.__qualname__
-
-            def __reduce__(self):
-                return self.__qualname__
 
             def __copy__(self):
                 return self

@@ -162,7 +162,7 @@ def attention_decline(attn, x, table):
     if table is not None:
         shape = tuple(table.shape)
         if (table.dim() != 6 or shape[-2:] != (2, 2) or shape[2] != 1 or shape[1] != x.shape[1]
-                        or shape[0] not in (1, x.shape[0]) or 2 * shape[-3] > attn.dim_head
+                or shape[0] not in (1, x.shape[0]) or 2 * shape[-3] > attn.dim_head
                 or (attn.dim_head - 2 * shape[-3]) % 2):
             return "rotation table of shape %s" % (shape,)
         if table.dtype != x.dtype or table.device != x.device:
