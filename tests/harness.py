@@ -146,19 +146,22 @@ def ranks_json(procs, timeout):
     return results
 
 
-def raylight_ranks(python, folder, script, raylight="1.7.2", extra_path=(), timeout=240, **env):
-    """``script`` as two ranks of raylight's workers on the users' box, side by side: fresh
-    interpreters of ``python`` on cards 1 and 3 of 4 (``ASCEND_RT_VISIBLE_DEVICES``, as Ray gives a
-    worker its card), ComfyUI v0.30.0 and its kitchen and raylight's src on the path; each finds its
-    rank in ``RANK`` and a file store at ``STORE``. Their JSON lines, in rank order (``ranks_json``)."""
+def raylight_ranks(python, folder, script, raylight="1.7.2", extra_path=(), timeout=240, cards=(1, 3), box=4,
+                   **env):
+    """``script`` as ranks of raylight's workers on the users' box, side by side: fresh
+    interpreters of ``python`` on ``cards`` of ``box`` (cards 1 and 3 of 4 unless told;
+    ``ASCEND_RT_VISIBLE_DEVICES``, as Ray gives a worker its card), ComfyUI v0.30.0 and its kitchen
+    and raylight's src on the path; each finds its rank in ``RANK``, the world's size in ``WORLD``
+    and a file store at ``STORE``. Their JSON lines, in rank order (``ranks_json``)."""
     path = Path(folder) / "rank.py"
     path.write_text(script)
     procs = []
-    for rank, card in enumerate([1, 3]):
+    for rank, card in enumerate(cards):
         environment = bed_env(
             "ascend-cu130", comfyui_dir(COMFYUI_USER), COMFYUI_USER_KITCHEN,
-            extra_path=(raylight_dir(raylight) / "src", *extra_path), TESTBED_NPU_COUNT="4",
-            ASCEND_RT_VISIBLE_DEVICES=str(card), RANK=str(rank), STORE=str(Path(folder) / "store"), **env)
+            extra_path=(raylight_dir(raylight) / "src", *extra_path), TESTBED_NPU_COUNT=str(box),
+            ASCEND_RT_VISIBLE_DEVICES=str(card), RANK=str(rank), WORLD=str(len(cards)),
+            STORE=str(Path(folder) / "store"), **env)
         procs.append(subprocess.Popen([str(python), str(path)], env=environment, cwd=str(folder),
                                       stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
     return ranks_json(procs, timeout)

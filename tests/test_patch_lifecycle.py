@@ -50,6 +50,9 @@ SETTINGS = {
     "audit": {"env": {"ASCEND_SHIM_AUDIT": "1"}},  # opt-in: off, it stays out of execution
     # a launcher named card 1 first: ACL gets 0,1 and ComfyUI's card is npu:1
     "default_card": {"env": {"TESTBED_NPU_COUNT": "2", "CUDA_VISIBLE_DEVICES": "1,0"}},
+    # raylight's xDiT model files read the attention choice as they load (set by its worker first)
+    "raylight_minimax_keys": {"env": {"LIFECYCLE_XFUSER_ATTENTION": "TORCH_FLASH"}},
+    "raylight_wan_keys": {"env": {"LIFECYCLE_XFUSER_ATTENTION": "TORCH_FLASH"}},
 }
 # raylight (and yunchang, which it imports) as a Ray worker imports it: its src/ on the path
 DISTRIBUTED = ("raylight", "yunchang")
@@ -87,6 +90,19 @@ if sys.argv[4:] == ["stand-ins"]:
 import ascend_shim
 from ascend_shim.startup import hook
 
+if os.environ.get("LIFECYCLE_XFUSER_ATTENTION"):  # what a raylight worker sets up before its model files load
+    import tempfile
+
+    import torch
+    import torch.distributed as dist
+    from raylight.distributed_worker.parallel_group_manager import initialize_xfuser_parallel
+
+    torch.npu.set_device(0)
+    store = os.path.join(tempfile.mkdtemp(), "store")
+    dist.init_process_group("hccl", init_method="file://" + store, rank=0, world_size=1)
+    initialize_xfuser_parallel(local_rank=0, world_size=1, parallel_dict={
+        "is_xdit": True, "attention": os.environ["LIFECYCLE_XFUSER_ATTENTION"], "sync_ulysses": False,
+        "ulysses_degree": 1})
 for module in imports:
     importlib.import_module(module)
 engine = hook.engine()

@@ -36,3 +36,10 @@ def merge_partials(out: torch.Tensor, lse: torch.Tensor, block_out: torch.Tensor
     weight = torch.exp(lse - new).transpose(1, 2).unsqueeze(-1)
     block_weight = torch.exp(block_lse - new).transpose(1, 2).unsqueeze(-1)
     return weight * out.float() + block_weight * block_out.float(), new
+
+
+# An empty block's log-sum-exp: finite, so a merge never computes ``-inf - (-inf)``. Merged after
+# a real block its weight ``sigmoid(EMPTY_LSE - lse)`` is exactly 0 in float32; merged first (a
+# card whose own block is all padding, so all its queries are padding too) the rows stay finite.
+EMPTY_LSE = -1.0e30
+

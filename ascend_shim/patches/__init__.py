@@ -45,9 +45,12 @@ from ascend_shim.patches.raylight import cache_sync as raylight_cache_sync
 from ascend_shim.patches.raylight import controlnet as raylight_controlnet
 from ascend_shim.patches.raylight import nodes as raylight_nodes
 from ascend_shim.patches.raylight import ranks as raylight_ranks
+from ascend_shim.patches.raylight import minimax_keys as raylight_minimax_keys
 from ascend_shim.patches.raylight import ring as yunchang_ring
+from ascend_shim.patches.raylight import sequence_padding as raylight_padding
 from ascend_shim.patches.raylight import torch_compile as raylight_compile
 from ascend_shim.patches.raylight import vae_share as raylight_vae_share
+from ascend_shim.patches.raylight import wan_keys as raylight_wan_keys
 from ascend_shim.patches.raylight import workers as raylight_workers
 from ascend_shim.patches.raylight import xfuser as raylight_xfuser
 from ascend_shim.patches.raylight import yunchang as yunchang_sync
@@ -103,6 +106,9 @@ PATCHES = [
     raylight_base_cache.PATCH,
     yunchang_sync.PATCH,
     yunchang_ring.PATCH,
+    raylight_padding.PATCH,
+    raylight_minimax_keys.PATCH,
+    raylight_wan_keys.PATCH,
     prompt_stages.PATCH,
     prompt_report.PATCH,
     audit.PATCH,

@@ -2,7 +2,8 @@
 
     python raylight_cases.py <comfyui-dir> <raylight-dir> <out-dir> --cards 4
                              [--arch minimax,wan] [--parallel-arch minimax] [--variant int8]
-                             [--steps 2] [--heads 4]
+                             [--steps 2] [--heads 4] [--sampler euler] [--text-tokens 12]
+                             [--minimax-av 128,128,5] [--wan-frames 2,8,8]
                              [--cases reference,ray2,ray4,...]
 
 This process is ComfyUI's: it starts ComfyUI's model code as main.py does, loads raylight
@@ -103,6 +104,15 @@ parser.add_argument("--parallel-arch", default=None,
 parser.add_argument("--variant", default="int8")
 parser.add_argument("--steps", type=int, default=2)
 parser.add_argument("--heads", type=int, default=4)
+parser.add_argument("--minimax-av", default="128,128,5",
+                    help="MiniMax-H3's EmptyMiniMaxH3LatentAV width,height,length")
+parser.add_argument("--wan-frames", default="2,8,8", help="Wan's latent frames,height,width")
+parser.add_argument("--head-dim", type=int, default=128, help="MiniMax-H3's attention head size")
+parser.add_argument("--text-tokens", type=int, default=12, help="the prompt's tokens (MiniMax-H3)")
+parser.add_argument("--sampler", default="euler")
+parser.add_argument("--template", action="store_true",
+                    help="sample through the custom-sampling template: one card's BasicGuider + SamplerCustomAdvanced, "
+                         "the workers' RayBasicGuider + XFuserSamplerCustomAdvanced, the same sigmas (BasicScheduler)")
 parser.add_argument("--cases", default="reference,ray2")
 OPTS = parser.parse_args()
 CASES = OPTS.cases.split(",")
@@ -186,12 +196,24 @@ report["driver_patches"] = shim_rows()
 ARCHS = OPTS.arch.split(",")
 PARALLEL_ARCHS = OPTS.parallel_arch.split(",") if OPTS.parallel_arch else ARCHS
 UNETS, SAMPLINGS = {}, {}
+
+
+def spec_of(arch, heads):
+    """The tiny model of ``arch`` at this run's sizes (``--minimax-av``, ``--text-tokens``, ``--wan-frames``)."""
+    if arch == "minimax":
+        return models.SPECS[arch](seed=0, heads=heads, av=[int(n) for n in OPTS.minimax_av.split(",")],
+                                  text_tokens=OPTS.text_tokens, head_dim=OPTS.head_dim)
+    if arch == "wan":
+        return models.SPECS[arch](seed=0, heads=heads, frames=[int(n) for n in OPTS.wan_frames.split(",")])
+    return models.SPECS[arch](seed=0, heads=heads)
+
+
 for arch in ARCHS:
-    spec = models.SPECS[arch](seed=0, heads=OPTS.heads)
+    spec = spec_of(arch, OPTS.heads)
     UNETS[arch] = "tiny_%s_%s_%dheads.safetensors" % (arch, OPTS.variant, OPTS.heads)
     safetensors.torch.save_file(models.checkpoint(spec.build(), spec, OPTS.variant), os.path.join(MODELS, UNETS[arch]))
     positive, negative = spec.conditioning(seed=3)
-    SAMPLINGS[arch] = dict(add_noise="enable", noise_seed=42, steps=OPTS.steps, cfg=1.0, sampler_name="euler",
+    SAMPLINGS[arch] = dict(add_noise="enable", noise_seed=42, steps=OPTS.steps, cfg=1.0, sampler_name=OPTS.sampler,
                            scheduler="simple", positive=positive, negative=negative,
                            latent_image={"samples": spec.latent()}, start_at_step=0, end_at_step=10000,
                            return_with_leftover_noise="disable")
@@ -229,6 +251,11 @@ def worker_view(actor):
             out["dynamic_quant"] = _npu._testbed.calls["npu_dynamic_quant"]
             out["sdpa_paths"] = dict(_npu._testbed.sdpa_paths)
             out["fusion_attention"] = _npu._testbed.calls["npu_fusion_attention"]
+            keys = {}  # the keys each ring step attended to (BSND: key.shape[1]), counted
+            for call in _npu._testbed.records_for("npu_fusion_attention"):
+                length = str(call.tensors["key"].shape[1])
+                keys[length] = keys.get(length, 0) + 1
+            out["attention_keys"] = keys
             hccl = _sys.modules.get("testbed.hccl")
             if hccl is not None:  # per kind of collective this worker issued: calls, bytes sent/received
                 out["collectives"] = {kind: counts for (_card, kind), counts in hccl.collective_bytes().items()}
@@ -382,7 +409,7 @@ def kill(ray_actors):
 
 def six_heads():
     """A MiniMax-H3 of 6 attention heads (Ulysses 4 cannot split them), its file name."""
-    spec = models.SPECS["minimax"](seed=0, heads=6)
+    spec = spec_of("minimax", 6)
     name = "tiny_minimax_%s_6heads.safetensors" % OPTS.variant
     if not os.path.exists(os.path.join(MODELS, name)):
         safetensors.torch.save_file(models.checkpoint(spec.build(), spec, OPTS.variant), os.path.join(MODELS, name))
@@ -404,12 +431,44 @@ def case_reference(out):
         sampling = SAMPLINGS[arch.rstrip("6")] if not arch.startswith("wanseed") else \
             dict(SAMPLINGS["wan"], noise_seed=int(arch[len("wanseed"):]))
         torch_npu._testbed.reset()  # the bed's kernel counters: what one video takes on one card
-        (latent,) = nodes.KSamplerAdvanced().sample(model=model, **sampling)
+        if OPTS.template:
+            latent = template_on_one_card(model, sampling)
+        else:
+            (latent,) = nodes.KSamplerAdvanced().sample(model=model, **sampling)
         out["quant_matmul_" + arch] = torch_npu._testbed.calls["npu_quant_matmul"]
         torch.save(flat(latent["samples"]), os.path.join(OPTS.out_dir, "reference-%s.pt" % arch))
         out["latent_elements_" + arch] = int(flat(latent["samples"]).numel())
         del model
         mm.unload_all_models()
+
+
+SIGMAS = {}
+
+
+def template_on_one_card(model, sampling):
+    """ComfyUI's custom-sampling template on one card: BasicScheduler's sigmas (kept for the workers),
+    RandomNoise, KSamplerSelect, BasicGuider, SamplerCustomAdvanced."""
+    from comfy_extras import nodes_custom_sampler as custom
+
+    sigmas = SIGMAS.setdefault(sampling["steps"], custom.BasicScheduler.execute(
+        model, sampling["scheduler"], sampling["steps"], 1.0).result[0])
+    guider = custom.BasicGuider.execute(model, sampling["positive"]).result[0]
+    sampler = custom.KSamplerSelect.execute(sampling["sampler_name"]).result[0]
+    noise = custom.RandomNoise.execute(sampling["noise_seed"]).result[0]
+    return custom.SamplerCustomAdvanced.execute(noise, guider, sampler, sigmas,
+                                                sampling["latent_image"]).result[0]
+
+
+def template_on_workers(actors, sampling):
+    """raylight's template: RayBasicGuider + XFuserSamplerCustomAdvanced with one card's sigmas."""
+    from comfy_extras import nodes_custom_sampler as custom
+
+    ray_nodes = nodes.NODE_CLASS_MAPPINGS
+    (guider,) = ray_nodes["RayBasicGuider"]().get_guider(actors, sampling["positive"])
+    sampler = custom.KSamplerSelect.execute(sampling["sampler_name"]).result[0]
+    latent, _, actors = ray_nodes["XFuserSamplerCustomAdvanced"]().ray_sample(
+        True, sampling["noise_seed"], guider, sampler, SIGMAS[sampling["steps"]], sampling["latent_image"])
+    return latent, actors
 
 
 def case_ray(out, cards, select=None, ring=1, prefix="ray", fsdp=None):
@@ -464,7 +523,10 @@ def sample_on(init, arch, cards, out, prefix="ray", unet=None, saved=None):
     out["stage"] = "loaded " + arch
     started = time.monotonic()
     sampling = SAMPLINGS[saved] if saved in SAMPLINGS else SAMPLINGS[arch]
-    latent, actors = RAY["XFuserKSamplerAdvanced"]().ray_sample(ray_actors=actors, **sampling)
+    if OPTS.template:
+        latent, actors = template_on_workers(actors, sampling)
+    else:
+        latent, actors = RAY["XFuserKSamplerAdvanced"]().ray_sample(ray_actors=actors, **sampling)
     out["sample_seconds_" + saved] = round(time.monotonic() - started, 2)
     out["stage"] = "sampled " + saved
     name = "%s%d-%s.pt" % (prefix, cards, saved) if prefix == "ray" else "%s-%s.pt" % (prefix, saved)
@@ -495,7 +557,7 @@ def case_fsdp_bf16(out, cards):
     HCCL. The same checkpoint sampled by ComfyUI on one card first (``reference-bf16-<arch>.pt``)."""
     unets = {}
     for arch in PARALLEL_ARCHS:
-        spec = models.SPECS[arch](seed=0, heads=OPTS.heads)
+        spec = spec_of(arch, OPTS.heads)
         unets[arch] = "tiny_%s_bf16_%dheads.safetensors" % (arch, OPTS.heads)
         path = os.path.join(MODELS, unets[arch])
         if not os.path.exists(path):

@@ -56,7 +56,7 @@ def run_cases(bed_python, folder, pair, cards, cases, **options):
     args = [str(bed_python), str(CASES), str(harness.comfyui_dir(comfy)), str(harness.raylight_dir(raylight)),
             str(folder), "--cards", str(cards), "--cases", ",".join(cases)]
     for key, value in options.items():
-        args += ["--" + key.replace("_", "-"), str(value)]
+        args += ["--" + key.replace("_", "-")] + ([] if value is True else [str(value)])
     try:
         proc = harness.run(args, env, folder, timeout=900)
     finally:
@@ -199,7 +199,9 @@ def test_the_patches_apply_in_comfyui_and_the_console_says_how_the_attention_run
         "raylight_controlnet": "applied", "raylight_vae_share": "applied",
         "raylight_attention": "applied", "raylight_nodes": "applied", "raylight_cache_sync": "applied",
         "raylight_compile": "applied", "raylight_base_cache": "applied", "yunchang_sync": "applied",
-        "yunchang_ring": "applied"}
+        "yunchang_ring": "applied",
+        # raylight's model files load in its workers only (each worker's rows are asked there)
+        "raylight_padding": "pending", "raylight_minimax_keys": "pending", "raylight_wan_keys": "pending"}
     said = [line for line in users["stderr"].splitlines() if line.startswith("ascend_shim: raylight's")]
     assert said == ["ascend_shim: raylight's XFuser_attention=TORCH_FLASH has no NPU kernel: each card's part of "
                     "the attention runs torch's scaled_dot_product_attention, which torch_npu serves with its fused "
@@ -242,6 +244,56 @@ def test_ring_attention_gives_the_latent_of_one_card(request, run, mode, cards, 
 def test_ring_two_and_ring_two_by_ulysses_two_give_the_same_bits(users, arch):
     folder = users["folder"]
     assert torch.equal(torch.load(folder / ("ring2-%s.pt" % arch)), torch.load(folder / ("ring2x2-%s.pt" % arch)))
+
+
+@pytest.fixture(scope="module")
+def padded(bed_python, tmp_path_factory):
+    """The users' pair on a 4-card box, sequences the cards do not divide, through raylight's
+    custom-sampling template (RayBasicGuider + XFuserSamplerCustomAdvanced, one card's sigmas):
+    MiniMax-H3 int8 of 2 heads of 64 at EmptyMiniMaxH3LatentAV 96 x 160, length 22, 7 text tokens
+    (186 rows: ring 2 x Ulysses 2 and ring 4 pad them to 188) and Wan 2.1 int8 of 2 heads at a
+    latent of 3 x 6 x 10 (45 rows: padded on 2 cards and on 4), 5 steps of res_multistep."""
+    return run_in(tmp_path_factory, bed_python, "raylight-padded", USERS, 4,
+                  ["reference", "ray2", "ring2", "ring2x2", "ring4"], arch="minimax,wan", variant="int8", heads=2,
+                  head_dim=64, minimax_av="96,160,22", text_tokens=7, wan_frames="3,6,10", steps=5,
+                  sampler="res_multistep", template=True)
+
+
+PADDED_ROWS = {"minimax": 7 + 2 * 37 + 7 * 5 * 3, "wan": 3 * 3 * 5}  # text + audio + video rows; t x h/2 x w/2
+PADDED = [("ring2x2", 4, "minimax"), ("ring4", 4, "minimax"), ("ring2", 2, "wan"), ("ring2x2", 4, "wan"),
+          ("ring4", 4, "wan")]
+
+
+@pytest.mark.parametrize("mode, cards, arch", PADDED)
+def test_a_sequence_the_cards_do_not_divide_gives_the_latent_of_one_card(padded, mode, cards, arch):
+    """raylight pads such a sequence with zero rows and its attention takes no mask: the shim leaves
+    the padding keys out of every ring step (patches raylight_padding, raylight_minimax_keys,
+    raylight_wan_keys). Each split is as close to one card as Ulysses 2 on the same workflow, within the
+    bf16 noise between two splits (25 %; MiniMax-H3's 186 rows need no padding on 2 cards, Wan's 45 are
+    padded there too), and each worker's ring steps attended to the real keys of their blocks only."""
+    cases = padded["cases"]
+    assert cases["reference"]["result"] == "ok", cases["reference"]
+    assert cases[mode]["result"] == "ok", cases[mode].get("error")
+    assert cases["ray2"]["result"] == "ok", cases["ray2"].get("error")
+    cosine, max_abs, scale = compare(padded, cards, arch, mode)
+    ulysses_cosine, ulysses_max, _ = compare(padded, 2, arch)
+    print("padded %s %s on %d cards: cosine %.8f, max |diff| %.4g of max |ref| %.3g; Ulysses 2: cosine %.8f, "
+          "max |diff| %.4g" % (mode, arch, cards, cosine, max_abs, scale, ulysses_cosine, ulysses_max))
+    assert cosine >= 0.9999 and max_abs <= 1.25 * ulysses_max, (cosine, max_abs, ulysses_max)
+    # every ring step attends to the real keys of the block it holds, none of the padding
+    ring = int(mode[4:].partition("x")[0])
+    rows = PADDED_ROWS[arch]
+    padded_rows = -(-rows // cards) * cards
+    size = padded_rows // ring  # each ring block's rows; the padding is the tail of the last blocks
+    blocks = [min(max(rows - block * size, 0), size) for block in range(ring)]
+    if arch == "wan":  # its cross-attention too: each step holds the 12 text rows of each Ulysses card
+        blocks += [12 * (cards // ring)] * ring
+    for worker in cases[mode]["workers_" + arch]:
+        assert "error" not in worker and worker["cpu_fallbacks"] == {}, worker
+        assert worker["patches"]["raylight_minimax_keys" if arch == "minimax" else "raylight_wan_keys"] == "applied"
+        keys = {int(length): count for length, count in worker["attention_keys"].items()}
+        forwards = sum(keys.values()) // len(blocks)
+        assert keys == {length: forwards * blocks.count(length) for length in set(blocks)}, (keys, blocks)
 
 
 FSDPS = [("users", mode, arch) for mode in ("fsdp2", "fsdp2cpu", "fsdp2cpu-short") for arch in ("minimax", "wan")] \

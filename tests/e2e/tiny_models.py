@@ -119,13 +119,16 @@ class MiniMaxH3Spec:
                   text_dim=64, timestep_input_dim=256, time_embed_hidden_size=256, time_embed_dim=128,
                   rope_inv_freq_len=16)
 
-    def __init__(self, seed: int = 0, heads: int = 2):
-        """``heads`` attention heads of MiniMax-H3's real head size (128): the width grows with
-        them (sequence parallel splits the heads among the cards: Ulysses 4 needs 4)."""
+    def __init__(self, seed: int = 0, heads: int = 2, av=(128, 128, 5), text_tokens: int = 12, head_dim: int = 128):
+        """``heads`` attention heads of ``head_dim`` (MiniMax-H3's real head size, 128, by default): the
+        width grows with them (sequence parallel splits the heads among the cards: Ulysses 4 needs 4).
+        ``av``: the EmptyMiniMaxH3LatentAV node's width, height and length; ``text_tokens``: the prompt's."""
         self.seed = seed
-        if heads != 2:
-            self.config = dict(self.config, num_attention_heads=heads, hidden_size=128 * heads,
-                               ffn_hidden_size=256 * heads)
+        self.av, self.text_tokens = tuple(av), text_tokens
+        if heads != 2 or head_dim != 128:
+            self.config = dict(self.config, num_attention_heads=heads, attention_head_dim=head_dim,
+                               hidden_size=head_dim * heads, ffn_hidden_size=2 * head_dim * heads,
+                               rope_inv_freq_len=head_dim // 8)  # rope on 3/4 of each head, as at 128
 
     def build(self) -> dict:
         import comfy.ldm.minimax.model
@@ -152,13 +155,13 @@ class MiniMaxH3Spec:
     def latent(self):
         from comfy_extras.nodes_minimax_h3 import _empty_av_latent
 
-        latent, _ = _empty_av_latent(128, 128, 5)  # the EmptyMiniMaxH3LatentAV node's latent
+        latent, _ = _empty_av_latent(*self.av)  # the EmptyMiniMaxH3LatentAV node's latent
         return latent["samples"]
 
     def conditioning(self, seed: int):
         # random text states of the Qwen3-VL encoder's shape (its 32B weights are out of reach)
         gen = torch.Generator().manual_seed(seed + 100)
-        cond = torch.randn(1, 12, self.config["text_dim"], generator=gen)
+        cond = torch.randn(1, self.text_tokens, self.config["text_dim"], generator=gen)
         return [[cond, {}]], [[torch.zeros_like(cond), {}]]
 
 
@@ -169,8 +172,10 @@ class Wan21Spec:
 
     name = "wan"
 
-    def __init__(self, seed: int = 0, heads: int = 2):
+    def __init__(self, seed: int = 0, heads: int = 2, frames=(2, 8, 8)):
+        """``frames``: the latent's frames, height and width (5 frames of 64x64 by default)."""
         self.seed = seed
+        self.frames = tuple(frames)
         self.config = dict(model_type="t2v", patch_size=(1, 2, 2), in_dim=16, dim=128 * heads, ffn_dim=256 * heads,
                            freq_dim=256, text_dim=4096, out_dim=16, num_heads=heads, num_layers=2)
 
@@ -193,7 +198,7 @@ class Wan21Spec:
                 and (".self_attn." in key or ".cross_attn." in key or ".ffn." in key))
 
     def latent(self) -> torch.Tensor:
-        return torch.zeros(1, 16, 2, 8, 8)  # 5 frames of 64x64 in Wan's VAE latent
+        return torch.zeros(1, 16, *self.frames)  # in Wan's VAE latent: 4 (t - 1) + 1 frames of 8h x 8w
 
     def conditioning(self, seed: int):
         gen = torch.Generator().manual_seed(seed + 100)

@@ -18,7 +18,7 @@ from ascend_shim.engine import versions
 NEEDS = (("ray", "2.48"), ("xfuser", "0.4.4"), ("yunchang", None), ("einops", None))
 RAYLIGHT_PATCHES = ("raylight_workers", "raylight_controlnet", "raylight_vae_share", "raylight_xfuser", "raylight_ranks",
                     "raylight_attention", "raylight_nodes", "raylight_cache_sync", "raylight_compile", "raylight_base_cache",
-                    "yunchang_sync", "yunchang_ring")
+                    "yunchang_sync", "yunchang_ring", "raylight_padding", "raylight_minimax_keys", "raylight_wan_keys")
 
 
 def _numbers(version: str) -> tuple:
