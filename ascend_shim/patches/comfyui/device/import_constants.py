@@ -3,7 +3,11 @@
 Pinned memory goes through ``cudart().cudaHostRegister``, the extra streams
 are CUDA streams, the weight-memory ratio and the fp16 preference are NVIDIA
 tuning. Each constant is reset only where it exists, and never against an
-explicit user flag (``--pin-shared-memory``, ``--async-offload``).
+explicit user flag: ``--async-offload N`` keeps ComfyUI's ``NUM_STREAMS``, which its
+offload code turns into streams on CUDA and XPU only (``get_offload_stream``), so on the
+NPU the offload stays synchronous and one line says so. No ComfyUI flag turns its pinned
+memory on (it is on where ``is_nvidia()`` or ``is_amd()``; ``--disable-pinned-memory``
+turns it off), and its pinning is ``cudaHostRegister``: on the NPU it is always reset.
 """
 
 import logging
@@ -28,16 +32,16 @@ def apply(changes, mm):
     args = _args(mm)
     turned_off = []  # what ComfyUI announced in its console and the shim took back
     if hasattr(mm, "MAX_PINNED_MEMORY"):
-        if getattr(args, "pin_shared_memory", False):
-            changes.note("MAX_PINNED_MEMORY kept (--pin-shared-memory)")
-        elif mm.MAX_PINNED_MEMORY > 0:
+        if mm.MAX_PINNED_MEMORY > 0:
             turned_off.append(("pinned memory (%d MB)" % (mm.MAX_PINNED_MEMORY // (1024 * 1024)),
                                "MAX_PINNED_MEMORY=-1"))
             changes.assign(mm, "MAX_PINNED_MEMORY", -1)
             changes.note("MAX_PINNED_MEMORY=-1")
     if hasattr(mm, "NUM_STREAMS"):
-        if getattr(args, "async_offload", False):
+        if getattr(args, "async_offload", None) and not getattr(args, "disable_async_offload", False):
             changes.note("NUM_STREAMS kept (--async-offload)")
+            if mm.NUM_STREAMS > 0:
+                log.info(kept_streams_line(mm.NUM_STREAMS, stream_devices(mm)))
         elif mm.NUM_STREAMS > 1:
             # 2 is the async-offload default newer ComfyUI derives from
             # is_nvidia(); 0 is its value for every other device (older
@@ -63,10 +67,26 @@ def turned_off_line(turned_off):
             "this CUDA-build torch made is_nvidia() True, and its code for %s calls CUDA (torch.cuda "
             "streams, cudaHostRegister); torch_npu has streams and host pinning of its own, which this "
             "ComfyUI does not use for the NPU, and whether they would speed up offloading is unmeasured "
-            "on a real 910B (--async-offload, --pin-shared-memory keep ComfyUI's choice)"
+            "on a real 910B"
             % (" and ".join(what for what, _ in turned_off),
                ", ".join(value for _, value in turned_off), "them" if len(turned_off) > 1 else "it",
                "them" if len(turned_off) > 1 else "it"))
+
+
+def stream_devices(mm):
+    """The devices this ComfyUI's ``get_offload_stream`` makes streams for, read off its code."""
+    names = getattr(getattr(getattr(mm, "get_offload_stream", None), "__code__", None), "co_names", ())
+    return [label for check, label in (("is_device_cuda", "CUDA"), ("is_device_xpu", "XPU"),
+                                       ("is_device_npu", "NPU")) if check in names]
+
+
+def kept_streams_line(streams, devices):
+    """One console line after ComfyUI's "Using async weight offloading" under ``--async-offload``."""
+    if "NPU" in devices:
+        return "ascend_shim kept --async-offload's %d streams (NUM_STREAMS=%d)" % (streams, streams)
+    return ("ascend_shim kept --async-offload's %d streams (NUM_STREAMS=%d): this ComfyUI makes offload streams "
+            "for %s only, so on the NPU its weight offload stays synchronous"
+            % (streams, streams, " and ".join(devices) or "no device"))
 
 
 PATCH = Patch(
