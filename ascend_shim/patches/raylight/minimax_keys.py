@@ -8,22 +8,12 @@ in every softmax. Wrapped, each call's ring steps take only the real keys of the
 hold (patch yunchang_ring). ``x`` is ``[rows, hidden]``: this card's rows.
 """
 
-from ascend_shim.engine import versions
-from ascend_shim.engine.patching import Patch
-from ascend_shim.patches.raylight.sequence_padding import self_attention
-from ascend_shim.patches.shared.guards import process_on_npu_and_attribute
-from ascend_shim.patches.shared.wraps import wrap_function
+from ascend_shim.patches.raylight.sequence_padding import self_attention_patch
 
-
-def apply(changes, module):
-    wrap_function(changes, module, "usp_attn_forward", self_attention(0))
-
-
-PATCH = Patch(
+PATCH = self_attention_patch(
     name="raylight_minimax_keys",
     target="raylight.diffusion_models.minimax.xdit_context_parallel",
-    summary="raylight's MiniMax-H3 self-attention takes the real keys, never the padding rows",
-    guard=process_on_npu_and_attribute("usp_attn_forward"),
-    apply=apply,
-    version=versions.raylight,
+    function="usp_attn_forward",
+    sequence_dim=0,  # x is [rows, hidden]
+    model="MiniMax-H3",
 )

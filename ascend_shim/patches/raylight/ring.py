@@ -93,7 +93,8 @@ def _padded_step(real_keys, block_rows, q, k, v, *args, **kwargs):
     if k.shape[1] != block_rows:  # keys joined to the block (xfuser's joint tensors): not raylight's layout
         raise ValueError("ring attention on the NPU: a step of this padded self-attention holds %d keys, not the "
                          "block of %d the sequence was cut into" % (k.shape[1], block_rows))
-    return ring_step_on_npu(q, k, v, *args, real_keys=real_keys, **kwargs)
+    kwargs["real_keys"] = real_keys
+    return ring_step_on_npu(q, k, v, *args, **kwargs)
 
 
 def apply(changes, module):

@@ -11,6 +11,8 @@ any other model's code gets one line, once per model file: its attention still t
 """
 
 import sys
+from types import FrameType
+from typing import Optional
 
 from ascend_shim.distributed import sequence_padding
 from ascend_shim.engine import versions
@@ -26,7 +28,7 @@ _said: set = set()
 
 def caller_module(depth=2):
     """The first module up the stack that is not the shim's, wrapt's or functools'."""
-    frame = sys._getframe(depth)
+    frame: Optional[FrameType] = sys._getframe(depth)
     while frame is not None:
         name = frame.f_globals.get("__name__", "")
         if not name.startswith(("ascend_shim", "wrapt", "functools")):
@@ -99,3 +101,20 @@ def self_attention(sequence_dim):
 
     wrapper.__qualname__ = "self_attention_dim%d" % sequence_dim  # one wrap per function (wraps' tag)
     return wrapper
+
+
+def self_attention_patch(name, target, function, sequence_dim, model):
+    """The patch that scopes raylight's self-attention ``function`` of ``target`` (``x``'s rows
+    along ``sequence_dim``): its ring steps take the real keys only."""
+
+    def apply(changes, module):
+        wrap_function(changes, module, function, self_attention(sequence_dim))
+
+    return Patch(
+        name=name,
+        target=target,
+        summary="raylight's %s self-attention takes the real keys, never the padding rows" % model,
+        guard=process_on_npu_and_attribute(function),
+        apply=apply,
+        version=versions.raylight,
+    )

@@ -7,22 +7,12 @@ steps take only the real keys of the block they hold (patch yunchang_ring); its
 cross-attention (keys: the text) is left as it is. ``x`` is ``[B, rows, dim]``: this card's rows.
 """
 
-from ascend_shim.engine import versions
-from ascend_shim.engine.patching import Patch
-from ascend_shim.patches.raylight.sequence_padding import self_attention
-from ascend_shim.patches.shared.guards import process_on_npu_and_attribute
-from ascend_shim.patches.shared.wraps import wrap_function
+from ascend_shim.patches.raylight.sequence_padding import self_attention_patch
 
-
-def apply(changes, module):
-    wrap_function(changes, module, "usp_self_attn_forward", self_attention(1))
-
-
-PATCH = Patch(
+PATCH = self_attention_patch(
     name="raylight_wan_keys",
     target="raylight.diffusion_models.wan.xdit_context_parallel",
-    summary="raylight's Wan self-attention takes the real keys, never the padding rows",
-    guard=process_on_npu_and_attribute("usp_self_attn_forward"),
-    apply=apply,
-    version=versions.raylight,
+    function="usp_self_attn_forward",
+    sequence_dim=1,  # x is [B, rows, dim]
+    model="Wan",
 )
