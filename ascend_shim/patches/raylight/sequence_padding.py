@@ -116,5 +116,7 @@ def self_attention_patch(name, target, function, sequence_dim, model):
         summary="raylight's %s self-attention takes the real keys, never the padding rows" % model,
         guard=process_on_npu_and_attribute(function),
         apply=apply,
+        # the pads it reads are raylight_padding's; the ring steps that leave them out, yunchang_ring's
+        after=("raylight_padding", "yunchang_ring"),
         version=versions.raylight,
     )
