@@ -42,4 +42,3 @@ def merge_partials(out: torch.Tensor, lse: torch.Tensor, block_out: torch.Tensor
 # a real block its weight ``sigmoid(EMPTY_LSE - lse)`` is exactly 0 in float32; merged first (a
 # card whose own block is all padding, so all its queries are padding too) the rows stay finite.
 EMPTY_LSE = -1.0e30
-
